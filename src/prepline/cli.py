@@ -1,0 +1,275 @@
+"""The ``prepline`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+from prepline import __version__, registry
+from prepline.config import ParamInfo
+from prepline.errors import ConfigError, PreplineError
+
+EXIT_USAGE, EXIT_FAILED = 2, 1
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# run
+
+
+def _add_param_options(parser: argparse.ArgumentParser, params: list[ParamInfo]) -> None:
+    group = parser.add_argument_group("transform parameters")
+    for p in params:
+        flag = "--" + p.name.replace("_", "-")
+        default = list(p.default) if p.type is list else p.default
+        helptext = f"{p.help} (default: {json.dumps(default)})"
+        if p.type is list:
+            group.add_argument(flag, dest=p.name, action="append", metavar="VALUE", help=helptext + "; repeat for several")
+        elif p.type is bool:
+            group.add_argument(flag, dest=p.name, metavar="true|false", help=helptext)
+        else:
+            group.add_argument(flag, dest=p.name, metavar=p.type_name.upper(), choices=p.choices, help=helptext)
+
+
+def _run_parser(transform: str | None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=f"prepline run {transform or '<transform>'}",
+        description="Run one transform over a folder of Parquet files (local path or s3:// URI).",
+    )
+    p.add_argument("--input", required=True, help="input folder or s3://bucket/prefix")
+    p.add_argument("--output", required=True, help="output folder (mirrors the input tree) + metadata.json")
+    p.add_argument("--runtime", choices=("local", "ray"), default="local", help="local processes or a Ray cluster (default: local)")
+    p.add_argument("--workers", type=int, default=0, help="parallel workers (default 0: one per CPU)")
+    p.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs each Ray worker reserves (default 1)")
+    p.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
+    p.add_argument("--max-failed-files", type=int, default=0, help="files allowed to fail; they are listed in metadata.json (default 0)")
+    p.add_argument("--overwrite", action="store_true", help="delete what is in --output first (default: resume or refuse)")
+    p.add_argument("--params", default=None, help="transform parameters as a JSON object (flags win)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    if transform:
+        _add_param_options(p, registry.get(transform).Config.params())
+    return p
+
+
+def cmd_run(argv: list[str]) -> int:
+    if not argv or argv[0].startswith("-"):
+        if argv and argv[0] in ("-h", "--help"):
+            _run_parser(None).print_help()
+            print("\ntransforms: " + ", ".join(registry.names()) + "  (prepline run <transform> --help for its parameters)")
+            return 0
+        raise ConfigError("prepline run needs a transform name", f"prepline run <transform> ...; transforms: {', '.join(registry.names())}")
+    name, rest = argv[0], argv[1:]
+    cls = registry.get(name)
+    args = _run_parser(name).parse_args(rest)
+    params: dict[str, Any] = json.loads(args.params) if args.params else {}
+    if not isinstance(params, dict):
+        raise ConfigError("--params must be a JSON object", '--params \'{"num_shards": 8}\'')
+    for p in cls.Config.params():
+        v = getattr(args, p.name, None)
+        if v is not None:
+            params[p.name] = v
+    from prepline.engine import RunOptions, run_transform
+
+    opts = RunOptions(
+        input=args.input,
+        output=args.output,
+        runtime=args.runtime,
+        workers=args.workers,
+        cpus_per_worker=args.cpus_per_worker,
+        ray_address=args.ray_address,
+        max_failed_files=args.max_failed_files,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+    )
+    with _Progress(enabled=opts.progress) as prog:
+        result = run_transform(name, params, opts, progress=prog.phase if opts.progress else None)
+    if result.resumed:
+        _console().print(f"[bold]{name}[/]: {result.output} is already complete for this input and these parameters; nothing ran")
+    print_summary(result.metadata)
+    return 0
+
+
+class _Progress:
+    """A rich progress bar per phase on a terminal; periodic log lines elsewhere (CI, KFP logs)."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self._p = None
+
+    def __enter__(self):
+        if self.enabled and sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self._p = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                console=_console(stderr=True), transient=False,
+            )
+            self._p.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._p:
+            self._p.__exit__(*exc)
+
+    def phase(self, name: str, total: int):
+        return _Bar(self._p, name, total)
+
+
+class _Bar:
+    def __init__(self, progress, name: str, total: int):
+        self.p, self.name, self.total, self.n, self._last = progress, name, total, 0, -1
+        self.task = progress.add_task(f"{name:>8}", total=total) if progress else None
+
+    def advance(self, k: int) -> None:
+        self.n += k
+        if self.p:
+            self.p.advance(self.task, k)
+        else:
+            pct = int(100 * self.n / self.total) if self.total else 100
+            if pct // 10 != self._last // 10 or self.n == self.total:
+                self._last = pct
+                print(f"[prepline] {self.name}: {self.n}/{self.total} tasks ({pct}%)", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def print_summary(meta: dict) -> None:
+    from rich.table import Table
+
+    t = meta["totals"]
+    table = Table(title=f"{meta['transform']}: {meta['status']}", show_header=True, header_style="bold")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    secs = t.get("seconds") or 0
+    rows = [
+        ("files", f"{t['files']}" + (f" (+{t['files_failed']} failed)" if t.get("files_failed") else "")),
+        ("docs in", f"{t['docs_in']:,}"),
+        ("docs out", f"{t['docs_out']:,}"),
+    ]
+    for reason, n in t["removed"].items():
+        rows.append((f"removed: {reason}", f"{n:,}"))
+    for part, n in (t.get("parts") or {}).items():
+        rows.append((f"out: {part}", f"{n:,}"))
+    rows += [
+        ("MB in / out", f"{t['bytes_in'] / 1e6:,.1f} / {t['bytes_out'] / 1e6:,.1f}"),
+        ("seconds", f"{secs:,.1f}"),
+        ("docs/s", f"{t['docs_in'] / secs:,.0f}" if secs else "-"),
+    ]
+    for k, v in rows:
+        table.add_row(k, v)
+    _console().print(table)
+
+
+# ----------------------------------------------------------------------------------------------
+# list / describe / sample
+
+
+def cmd_list(argv: list[str]) -> int:
+    from rich.table import Table
+
+    argparse.ArgumentParser(prog="prepline list", description="List the transforms.").parse_args(argv)
+    table = Table("transform", "what it does", "extra", header_style="bold")
+    for n in registry.names():
+        cls = registry.get(n)
+        table.add_row(n, cls.summary, cls.extra or "")
+    _console().print(table)
+    return 0
+
+
+def describe_markdown(name: str) -> str:
+    """The parameter table of a transform, generated from its config (used by the docs too)."""
+    cls = registry.get(name)
+    lines = [f"### {name}", "", cls.summary, "", "| parameter | type | default | description |", "|---|---|---|---|"]
+    for p in cls.Config.params():
+        d = list(p.default) if p.type is list else p.default
+        choices = f" One of: {', '.join(map(str, p.choices))}." if p.choices else ""
+        lines.append(f"| `{p.name}` | {p.type_name} | `{json.dumps(d, ensure_ascii=False)}` | {p.help}.{choices} |")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_describe(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="prepline describe", description="Show a transform's parameters.")
+    ap.add_argument("transform")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+    a = ap.parse_args(argv)
+    cls = registry.get(a.transform)
+    if a.json:
+        out = {
+            "name": cls.name,
+            "summary": cls.summary,
+            "parameters": [
+                {"name": p.name, "type": p.type_name, "default": list(p.default) if p.type is list else p.default, "help": p.help, "choices": p.choices}
+                for p in cls.Config.params()
+            ],
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        from rich.markdown import Markdown
+
+        _console().print(Markdown(describe_markdown(a.transform)))
+    return 0
+
+
+def cmd_sample(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="prepline sample", description="Build the sample corpus from real text that ships in packages.")
+    ap.add_argument("--output", required=True, help="folder to write part-*.parquet and _truth/ into")
+    ap.add_argument("--docs", type=int, default=None, help="number of documents (default: the bundled sample, a few thousand)")
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--files", type=int, default=8, help="number of Parquet files")
+    a = ap.parse_args(argv)
+    from prepline.sample import build_sample
+
+    info = build_sample(a.output, docs=a.docs, seed=a.seed, files=a.files)
+    _console().print(f"sample: {info['docs']:,} docs in {info['files']} files ({info['bytes'] / 1e6:.1f} MB) at {info['output']}")
+    _console().print("languages: " + ", ".join(f"{k} {v}" for k, v in sorted(info["langs"].items())))
+    return 0
+
+
+COMMANDS = {
+    "run": (cmd_run, "run a transform over a folder of Parquet files"),
+    "list": (cmd_list, "list the transforms"),
+    "describe": (cmd_describe, "show a transform's parameters"),
+    "sample": (cmd_sample, "build the sample corpus"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="[prepline] %(message)s", stream=sys.stderr)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(f"prepline {__version__}: LLM pre-training data preparation on Ray and Kubeflow Pipelines\n")
+        print("usage: prepline <command> [options]   (prepline <command> --help for more)\n\ncommands:")
+        for name, (_, helptext) in COMMANDS.items():
+            print(f"  {name:<10} {helptext}")
+        return 0 if argv else EXIT_USAGE
+    if argv[0] == "--version":
+        print(__version__)
+        return 0
+    cmd = COMMANDS.get(argv[0])
+    if cmd is None:
+        print(f"error: unknown command '{argv[0]}'\n  fix: one of {', '.join(COMMANDS)}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return cmd[0](argv[1:])
+    except ConfigError as e:
+        print(f"error: {e.message}" + (f"\n  fix: {e.fix}" if e.fix else ""), file=sys.stderr)
+        return EXIT_USAGE
+    except PreplineError as e:
+        print(f"error: {e.message}" + (f"\n  fix: {e.fix}" if e.fix else ""), file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("interrupted: rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""Frozen, typed, documented transform configs.
+
+A transform's parameters are the fields of one frozen dataclass. Each field is declared with
+:func:`param`, which carries its help text and simple constraints; the CLI options, the KFP
+component inputs and the parameter tables in the docs are all generated from these fields.
+Values are checked when the config is constructed, so a bad parameter fails before any data
+is read or any cluster starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from prepline.errors import ConfigError
+
+_SCALARS = (str, int, float, bool)
+
+
+def param(
+    default: Any,
+    help: str,
+    *,
+    choices: tuple | None = None,
+    min: float | None = None,
+    max: float | None = None,
+    min_exclusive: bool = False,
+) -> Any:
+    """Declare a config field with its documentation and constraints."""
+    meta = {"help": help, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive}
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda d=tuple(default): list(d), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """One parameter as the CLI, the KFP components and the docs see it."""
+
+    name: str
+    type: type  # str, int, float, bool or list (of str)
+    default: Any
+    help: str
+    choices: tuple | None
+
+    @property
+    def type_name(self) -> str:
+        return "list[str]" if self.type is list else self.type.__name__
+
+
+@dataclass(frozen=True)
+class TransformConfig:
+    """Base of every transform config. Subclasses add fields with :func:`param`."""
+
+    _hints_cache: ClassVar[dict] = {}
+
+    def __post_init__(self) -> None:
+        for info in self.params():
+            value = getattr(self, info.name)
+            object.__setattr__(self, info.name, _check_value(type(self), info, value))
+        self.validate()
+
+    def validate(self) -> None:
+        """Cross-field checks; raise :class:`ConfigError` naming the parameter and the fix."""
+
+    @classmethod
+    def params(cls) -> list[ParamInfo]:
+        hints = typing.get_type_hints(cls)
+        out = []
+        for f in dataclasses.fields(cls):
+            if not f.init:
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            out.append(
+                ParamInfo(
+                    name=f.name,
+                    type=_base_type(hints[f.name]),
+                    default=default,
+                    help=f.metadata.get("help", ""),
+                    choices=f.metadata.get("choices"),
+                )
+            )
+        return out
+
+    @classmethod
+    def from_params(cls, values: dict[str, Any]) -> "TransformConfig":
+        """Build a config from loosely typed values (CLI strings, JSON, KFP parameters)."""
+        known = {p.name: p for p in cls.params()}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"unknown parameter(s) {', '.join(unknown)} for {cls.__name__}",
+                f"valid parameters: {', '.join(sorted(known))}",
+            )
+        kwargs = {k: coerce(known[k], v) for k, v in values.items()}
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {p.name: getattr(self, p.name) for p in self.params()}
+
+
+def _base_type(hint: Any) -> type:
+    origin = typing.get_origin(hint)
+    if origin is list:
+        return list
+    if hint in _SCALARS:
+        return hint
+    raise TypeError(f"unsupported config field type {hint!r}: use str, int, float, bool or list[str]")
+
+
+def coerce(info: ParamInfo, value: Any) -> Any:
+    """Turn a CLI/KFP value into the field's type, with an error naming the parameter."""
+    t = info.type
+    try:
+        if t is bool:
+            if isinstance(value, bool):
+                return value
+            s = str(value).strip().lower()
+            if s in ("true", "1", "yes", "on"):
+                return True
+            if s in ("false", "0", "no", "off"):
+                return False
+            raise ValueError(value)
+        if t is int:
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return int(value)
+        if t is float:
+            return float(value)
+        if t is list:
+            if isinstance(value, (list, tuple)):
+                return [str(v) for v in value]
+            s = str(value).strip()
+            if s.startswith("["):
+                parsed = json.loads(s)
+                if not isinstance(parsed, list):
+                    raise ValueError(value)
+                return [str(v) for v in parsed]
+            return [s] if s else []
+        return str(value)
+    except (ValueError, TypeError, json.JSONDecodeError):
+        raise ConfigError(
+            f"parameter {info.name}={value!r} is not a valid {info.type_name}",
+            f"pass a {info.type_name}" + (" (a JSON list or the option repeated)" if t is list else ""),
+        ) from None
+
+
+def _check_value(cls: type, info: ParamInfo, value: Any) -> Any:
+    name = f"{info.name}"
+    if info.type is list:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"parameter {name} must be a list of strings, got {value!r}")
+        value = tuple(value)  # frozen all the way down
+    elif info.type is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    elif not isinstance(value, info.type) or (info.type is int and isinstance(value, bool)):
+        raise ConfigError(f"parameter {name} must be {info.type_name}, got {value!r}")
+    f = {f.name: f for f in dataclasses.fields(cls)}[info.name]
+    lo, hi = f.metadata.get("min"), f.metadata.get("max")
+    if info.choices is not None:
+        bad = [v for v in (value if info.type is list else (value,)) if v not in info.choices]
+        if bad:
+            raise ConfigError(
+                f"parameter {name}={bad[0]!r} is not one of {', '.join(map(str, info.choices))}",
+                f"choose one of: {', '.join(map(str, info.choices))}",
+            )
+    if lo is not None:
+        if (value <= lo) if f.metadata.get("min_exclusive") else (value < lo):
+            op = ">" if f.metadata.get("min_exclusive") else ">="
+            raise ConfigError(f"parameter {name}={value} must be {op} {lo}", f"pass {name} {op} {lo}")
+    if hi is not None and value > hi:
+        raise ConfigError(f"parameter {name}={value} must be <= {hi}", f"pass {name} <= {hi}")
+    return value

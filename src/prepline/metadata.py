@@ -1,0 +1,106 @@
+"""metadata.json: what a stage did, written last and atomically.
+
+Counts are conserved for every file and in total: ``docs_in == docs_out + Σ removed_<reason>``.
+A stage whose counts do not add up fails instead of writing a success.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import platform
+from collections import Counter
+from typing import Any
+
+from prepline.errors import RunFailed
+
+SCHEMA_VERSION = 1
+_PACKAGES = ("prepline", "pyarrow", "numpy", "duckdb", "ray", "boto3")
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def package_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in _PACKAGES + extra:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def check_file_counts(rel: str, stats: dict) -> None:
+    removed = sum(stats.get("removed", {}).values())
+    if stats["docs_in"] != stats["docs_out"] + removed:
+        raise RunFailed(
+            f"{rel}: counts do not add up: docs_in={stats['docs_in']} != docs_out={stats['docs_out']} "
+            f"+ removed={removed} ({stats.get('removed')})",
+            "this is a bug in the transform: report it with this metadata",
+        )
+
+
+def totals(files: dict[str, dict]) -> dict[str, Any]:
+    """Sum per-file stats; removed and counters by key, parts by sub-folder."""
+    t: dict[str, Any] = {"files": len(files), "docs_in": 0, "docs_out": 0, "bytes_in": 0, "bytes_out": 0}
+    removed: Counter = Counter()
+    counters: Counter = Counter()
+    parts: Counter = Counter()
+    for s in files.values():
+        for k in ("docs_in", "docs_out", "bytes_in", "bytes_out"):
+            t[k] += s[k]
+        removed.update(s.get("removed", {}))
+        counters.update(s.get("counters", {}))
+        parts.update(s.get("parts", {}))
+    t["removed"] = dict(sorted(removed.items()))
+    t["removed_total"] = sum(removed.values())
+    t["counters"] = dict(sorted(counters.items()))
+    if set(parts) != {""}:
+        t["parts"] = dict(sorted(parts.items()))
+    if t["docs_in"] != t["docs_out"] + t["removed_total"]:
+        raise RunFailed(
+            f"total counts do not add up: docs_in={t['docs_in']} != docs_out={t['docs_out']} + removed={t['removed_total']}",
+            "this is a bug in the transform: report it with this metadata",
+        )
+    return t
+
+
+def build(
+    *,
+    transform: str,
+    parameters: dict,
+    options: dict,
+    fingerprint: str,
+    files: dict[str, dict],
+    failures: dict[str, dict],
+    skipped_files: list[str],
+    started: str,
+    seconds: float,
+    phases: dict[str, dict],
+    status: str,
+    state_summary: dict | None = None,
+) -> dict[str, Any]:
+    t = totals(files)
+    t["files_failed"] = len(failures)
+    t["seconds"] = round(seconds, 3)
+    t["docs_per_second"] = round(t["docs_in"] / seconds, 1) if seconds > 0 else None
+    t["mb_per_second"] = round(t["bytes_in"] / 1e6 / seconds, 2) if seconds > 0 else None
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "transform": transform,
+        "status": status,
+        "parameters": parameters,
+        "options": options,
+        "fingerprint": fingerprint,
+        "versions": package_versions(),
+        "started": started,
+        "ended": now_iso(),
+        "totals": t,
+        "phases": phases,
+        "plan": state_summary or {},
+        "failures": failures,
+        "resumed_files": skipped_files,
+        "files": files,
+    }

@@ -1,0 +1,192 @@
+"""The transform API.
+
+A transform is a small class over Arrow tables with a frozen config dataclass::
+
+    @register
+    class DocId(Transform):
+        name = "doc_id"
+        Config = DocIdConfig
+
+        def input_columns(self):
+            return [Column(self.config.content_column, "string")]
+
+        def transform(self, table, task):
+            ...
+            return Output(table)
+
+Columns it needs are declared and checked against each file's schema before a single batch is
+read. Global transforms (dedup) add :class:`Phase` s that run before the final per-file map:
+a map over files or a reduce over shards, each writing its state into the stage's work folder
+so that it can resume. The engine (:mod:`prepline.engine`) runs all of it on any runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import pyarrow as pa
+
+from prepline.config import TransformConfig
+from prepline.errors import InputError
+
+if TYPE_CHECKING:
+    from prepline.engine import PhaseContext
+
+ColumnKind = Literal["string", "int64", "integer", "float", "list", "any"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column a transform reads: its name, the kind of Arrow type it must have, nulls allowed."""
+
+    name: str
+    kind: ColumnKind = "string"
+    nullable: bool = False
+    fix: str | None = None  # what to tell the user when the column is missing
+
+    def check(self, schema: pa.Schema, where: str, param_hint: str | None = None) -> None:
+        if self.name not in schema.names:
+            hint = f" or set {param_hint} to the column that holds it" if param_hint else ""
+            raise InputError(
+                f"{where}: column '{self.name}' is missing (columns: {', '.join(schema.names) or 'none'})",
+                self.fix or f"add the column{hint}",
+            )
+        t = schema.field(self.name).type
+        ok = {
+            "string": pa.types.is_string(t) or pa.types.is_large_string(t),
+            "int64": pa.types.is_int64(t),
+            "integer": pa.types.is_integer(t),
+            "float": pa.types.is_floating(t),
+            "list": pa.types.is_list(t) or pa.types.is_large_list(t),
+            "any": True,
+        }[self.kind]
+        if not ok:
+            fix = "store the text as a UTF-8 string column" if self.kind == "string" else f"cast it to {self.kind}"
+            raise InputError(f"{where}: column '{self.name}' has type {t}, expected {self.kind}", fix)
+
+
+@dataclass(frozen=True)
+class FileTask:
+    """One input file handed to a worker. ``extra`` carries per-file values from the plan."""
+
+    path: str  # full path or s3:// URI
+    rel: str  # path relative to the input root, '/'-separated; the output mirrors it
+    size: int
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Output:
+    """What a per-table transform returns.
+
+    ``parts`` maps a sub-folder ('' for none, e.g. 'lang=en') to the table written there.
+    ``removed`` counts documents dropped, by reason: docs_in == docs_out + sum(removed).
+    ``counters`` are extra per-file numbers summed into metadata.json (e.g. detected entities).
+    """
+
+    parts: dict[str, pa.Table]
+    removed: dict[str, int] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, table: pa.Table, removed: dict[str, int] | None = None, counters: dict[str, int] | None = None) -> "Output":
+        return cls({"": table}, dict(removed or {}), dict(counters or {}))
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A step of a global transform that runs before the final per-file map.
+
+    ``over="files"``: ``Transform.<method>(task: FileTask, ctx)`` runs once per input file.
+    ``over="shards"``: ``Transform.<method>(shard: int, ctx)`` runs once per shard.
+    Each returns a small JSON-able dict; the engine records it (the phase's completion marker)
+    and hands all results to :meth:`Transform.plan`.
+    """
+
+    name: str
+    over: Literal["files", "shards"]
+    method: str
+
+
+@dataclass
+class Plan:
+    """Driver-side result of the pre-phases: per-file extras (by rel path) and shared state."""
+
+    file_extras: dict[str, dict] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+class Transform:
+    """Base class of all transforms. Subclasses set ``name``, ``Config`` and ``transform``."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type[TransformConfig]]
+    #: one line shown by ``prepline list``
+    summary: ClassVar[str] = ""
+    #: optional extra the transform needs (``pip install 'prepline[<extra>]'``)
+    extra: ClassVar[str | None] = None
+
+    def __init__(self, config: TransformConfig):
+        if not isinstance(config, self.Config):
+            raise TypeError(f"{self.name} needs a {self.Config.__name__}, got {type(config).__name__}")
+        self.config = config
+
+    # -- contract --------------------------------------------------------------------------
+    def input_columns(self) -> list[Column]:
+        """Columns read from every input file."""
+        return []
+
+    def added_columns(self) -> list[str]:
+        """Columns this transform adds; they must not already exist."""
+        return []
+
+    def read_columns(self) -> list[str] | None:
+        """Columns the final map reads (None: all of them, since output keeps every column)."""
+        return None
+
+    def check_schema(self, schema: pa.Schema, where: str) -> None:
+        """Check one file's schema before reading its data. Extend for transform-specific rules."""
+        for col in self.input_columns():
+            col.check(schema, where, _param_for(self.config, col.name))
+        for name in self.added_columns():
+            if name in schema.names:
+                raise InputError(
+                    f"{where}: column '{name}' that {self.name} adds already exists",
+                    f"drop it first (filter's columns_to_drop) or choose another name for it in the {self.name} parameters",
+                )
+
+    def check_on_driver(self, schema: pa.Schema, where: str) -> None:
+        """Extra checks run once on the driver with the first file's schema (e.g. compile SQL)."""
+
+    # -- global transforms -----------------------------------------------------------------
+    def phases(self) -> list[Phase]:
+        return []
+
+    def num_shards(self) -> int:
+        return 0
+
+    def plan(self, results: dict[str, dict[str, dict]], files: list[FileTask]) -> Plan:
+        """Combine pre-phase results (phase -> task key -> result) into a plan for the final map."""
+        return Plan()
+
+    def plan_summary(self, results: dict[str, dict[str, dict]]) -> dict:
+        """A few numbers about the pre-phases for metadata.json (e.g. duplicate groups)."""
+        return {}
+
+    # -- per-worker ------------------------------------------------------------------------
+    def setup(self, ctx: "PhaseContext") -> None:
+        """Load models or shared state once per worker, before its first final-map task."""
+
+    def transform(self, table: pa.Table, task: FileTask) -> Output:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config!r})"
+
+
+def _param_for(config: TransformConfig, column: str) -> str | None:
+    for p in config.params():
+        if p.type is str and getattr(config, p.name) == column and p.name.endswith("_column"):
+            return p.name
+    return None

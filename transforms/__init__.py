@@ -1,0 +1,1 @@
+"""The transforms. Each module registers one transform (see :mod:`prepline.registry`)."""

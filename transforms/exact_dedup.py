@@ -1,0 +1,115 @@
+"""exact_dedup: remove documents whose normalised text equals an earlier document's.
+
+Three phases, each resumable, with memory bounded by the number of distinct texts:
+
+1. ``hash`` (per file): MD5-128 of the normalised text (lower-cased, trimmed, white-space runs
+   collapsed); the per-row keys are kept for phase 3, and the file's distinct keys with their
+   smallest id and count go to ``num_shards`` shard files by key.
+2. ``reduce`` (per shard): group a shard's keys across files; keys seen more than once are
+   duplicates, and the copy to keep is the one with the smallest id.
+3. final map (per file): drop rows whose key is a duplicate and whose id is not the kept one.
+
+The keep rule (smallest id) does not depend on the order files are processed in, so the output
+is identical for any runtime and worker count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from prepline import hashing
+from prepline.config import TransformConfig, param
+from prepline.registry import register
+from prepline.transform import Column, FileTask, Output, Phase, Transform
+
+REASON = "exact_duplicate"
+
+
+@dataclass(frozen=True)
+class ExactDedupConfig(TransformConfig):
+    content_column: str = param("contents", "column holding the document text")
+    id_column: str = param("doc_id", "int64 id column (run doc_id first); the copy with the smallest id is kept")
+    num_shards: int = param(16, "number of hash shards (more shards: less memory per reduce task)", min=1, max=4096)
+    normalize: bool = param(True, "compare lower-cased text with white space collapsed (False: exact bytes)")
+
+
+def _key_table(keys: np.ndarray, ids: np.ndarray) -> pa.Table:
+    return pa.table({"h": pa.array(keys[:, 0]), "l": pa.array(keys[:, 1]), "id": pa.array(ids, pa.int64())})
+
+
+@register
+class ExactDedup(Transform):
+    name = "exact_dedup"
+    Config = ExactDedupConfig
+    summary = "remove exact duplicates (normalised text), keeping the copy with the smallest id"
+
+    def input_columns(self) -> list[Column]:
+        return [
+            Column(self.config.content_column, "string"),
+            Column(self.config.id_column, "int64", fix="run doc_id first, or set id_column to an existing int64 id column"),
+        ]
+
+    def phases(self) -> list[Phase]:
+        return [Phase("hash", "files", "hash_file"), Phase("reduce", "shards", "reduce_shard")]
+
+    def num_shards(self) -> int:
+        return self.config.num_shards
+
+    def _keys(self, text) -> np.ndarray:
+        con = getattr(self, "_con", None) or hashing.connect()
+        self._con = con
+        return hashing.md5_128(con, hashing.normalise(text) if self.config.normalize else text)
+
+    # phase 1 -------------------------------------------------------------------------------
+    def hash_file(self, task: FileTask, ctx) -> dict:
+        c = self.config
+        table = ctx.read_input(task, self, [c.content_column, c.id_column])
+        keys = self._keys(table.column(c.content_column))
+        ids = table.column(c.id_column).to_numpy()
+        ctx.work.write_parquet(f"keys/{task.rel}", _key_table(keys, ids))
+        # distinct keys of this file: smallest id and count per key
+        g = _key_table(keys, ids).group_by(["h", "l"]).aggregate([("id", "min"), ("id", "count")])
+        shard = (g.column("l").to_numpy() % np.uint64(c.num_shards)).astype(np.int64)
+        for s in np.unique(shard):
+            part = g.filter(pa.array(shard == s))
+            ctx.work.write_parquet(f"shards/{s:05d}/{task.rel}", part)
+        return {"rows": table.num_rows, "distinct": g.num_rows}
+
+    # phase 2 -------------------------------------------------------------------------------
+    def reduce_shard(self, shard: int, ctx) -> dict:
+        files = ctx.work.list_all(f"shards/{shard:05d}")
+        if not files:
+            return {"keys": 0, "duplicate_keys": 0}
+        t = pa.concat_tables(ctx.work.read_parquet(f.rel) for f in files if f.rel.endswith(".parquet"))
+        g = t.group_by(["h", "l"]).aggregate([("id_min", "min"), ("id_count", "sum")])
+        dup = g.filter(pc.greater(g.column("id_count_sum"), 1))
+        dup = dup.select(["h", "l", "id_min_min"]).rename_columns(["h", "l", "keep"])
+        dup = dup.sort_by([("h", "ascending"), ("l", "ascending")])
+        ctx.work.write_parquet(f"duplicates/{shard:05d}.parquet", dup)
+        return {"keys": g.num_rows, "duplicate_keys": dup.num_rows}
+
+    def plan_summary(self, results) -> dict:
+        red = results.get("reduce", {}).values()
+        return {"distinct_texts": sum(r["keys"] for r in red), "duplicated_texts": sum(r["duplicate_keys"] for r in red)}
+
+    # phase 3 -------------------------------------------------------------------------------
+    def setup(self, ctx) -> None:
+        self._work = ctx.work
+        files = [f.rel for f in ctx.work.list_all("duplicates") if f.rel.endswith(".parquet")]
+        dup = pa.concat_tables(ctx.work.read_parquet(r) for r in files) if files else None
+        self._dup = dup if dup is not None and dup.num_rows else None
+
+    def transform(self, table: pa.Table, task: FileTask) -> Output:
+        if self._dup is None or table.num_rows == 0:
+            return Output.of(table)
+        keys = self._work.read_parquet(f"keys/{task.rel}")
+        keys = keys.append_column("row", pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+        hits = keys.join(self._dup, keys=["h", "l"], join_type="inner", use_threads=False)
+        lose = pc.not_equal(hits.column("id"), hits.column("keep"))
+        drop = np.zeros(table.num_rows, dtype=bool)
+        drop[hits.column("row").filter(lose).to_numpy()] = True
+        return Output.of(table.filter(pa.array(~drop)), {REASON: int(drop.sum())})

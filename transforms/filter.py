@@ -1,0 +1,118 @@
+"""filter: keep documents that meet SQL criteria, drop columns, count removals per criterion.
+
+Criteria are DuckDB SQL boolean expressions over the table's columns, e.g.
+``"doc_length > 100"`` or ``"lang = 'en' AND quality_score >= 0.5"``, combined with AND (keep
+rows meeting all) or OR (keep rows meeting any). NULL counts as not met. With AND, a removed
+row is counted once, under the first criterion it fails (``removed.criterion_<i>``), so the
+counts add up; how many rows failed each criterion is in the counters.
+
+The SQL runs in a locked-down DuckDB: no file, network or extension access, configuration
+locked, one statement, so a criterion cannot read ``/etc/passwd`` or a bucket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from prepline import hashing
+from prepline.config import TransformConfig, param
+from prepline.errors import ConfigError, InputError
+from prepline.registry import register
+from prepline.transform import FileTask, Output, Transform
+
+TABLE = "docs"
+
+
+@dataclass(frozen=True)
+class FilterConfig(TransformConfig):
+    criteria: list[str] = param([], "SQL boolean expressions over the columns (DuckDB dialect); repeat the option for several")
+    logical_operator: str = param("AND", "keep rows meeting all (AND) or any (OR) of the criteria", choices=("AND", "OR"))
+    columns_to_drop: list[str] = param([], "columns to remove from the output")
+
+    def validate(self) -> None:
+        for i, c in enumerate(self.criteria, 1):
+            if not c.strip():
+                raise ConfigError(f"filter criterion {i} is empty", "remove it or write an SQL expression")
+            if ";" in c or "--" in c or "/*" in c:
+                raise ConfigError(
+                    f"filter criterion {i} `{c}` contains ';' or a comment: one SQL expression only",
+                    "write a single boolean expression such as \"doc_length > 100\"",
+                )
+        if not self.criteria and not self.columns_to_drop:
+            raise ConfigError("filter needs criteria or columns_to_drop", "pass --criteria \"<SQL expression>\" or --columns-to-drop COL")
+
+
+@register
+class Filter(Transform):
+    name = "filter"
+    Config = FilterConfig
+    summary = "keep rows meeting SQL criteria (AND/OR), drop columns; removals counted per criterion"
+
+    def _sql(self) -> str:
+        cols = ", ".join(f"coalesce(CAST(({c}) AS BOOLEAN), false) AS c{i}" for i, c in enumerate(self.config.criteria))
+        return f"SELECT {cols} FROM {TABLE}"
+
+    def check_schema(self, schema: pa.Schema, where: str) -> None:
+        super().check_schema(schema, where)
+        missing = [c for c in self.config.columns_to_drop if c not in schema.names]
+        if missing:
+            raise InputError(
+                f"{where}: columns_to_drop names column(s) {', '.join(missing)} that the data does not have "
+                f"(columns: {', '.join(schema.names)})",
+                "remove them from columns_to_drop",
+            )
+
+    def check_on_driver(self, schema: pa.Schema, where: str) -> None:
+        """Compile every criterion against an empty table of the data's schema."""
+        con = hashing.connect()
+        con.register(TABLE, schema.empty_table())
+        for i, c in enumerate(self.config.criteria, 1):
+            try:
+                stmts = con.extract_statements(f"SELECT ({c}) FROM {TABLE}")
+                if len(stmts) != 1:
+                    raise duckdb.Error("more than one statement")
+                types = con.sql(f"SELECT ({c}) AS v FROM {TABLE}").types
+            except duckdb.Error as e:
+                raise ConfigError(
+                    f"filter criterion {i} `{c}` is not valid SQL for this data: {str(e).splitlines()[0]}",
+                    f"fix the expression (DuckDB SQL); columns: {', '.join(schema.names)}",
+                ) from None
+            if str(types[0]) not in ("BOOLEAN", "NULL"):
+                raise ConfigError(
+                    f"filter criterion {i} `{c}` gives {types[0]}, not a boolean",
+                    "write a comparison, e.g. \"doc_length > 100\"",
+                )
+
+    def setup(self, ctx) -> None:
+        self._con = hashing.connect()
+
+    def transform(self, table: pa.Table, task: FileTask) -> Output:
+        removed: dict[str, int] = {}
+        counters: dict[str, int] = {}
+        if self.config.criteria and table.num_rows:
+            self._con.register(TABLE, table)
+            try:
+                res = self._con.sql(self._sql()).to_arrow_table()
+            except duckdb.Error as e:
+                raise InputError(f"{task.path}: filter criteria failed: {str(e).splitlines()[0]}", "fix the criteria for this file's columns") from None
+            finally:
+                self._con.unregister(TABLE)
+            met = np.column_stack([res.column(i).to_numpy(zero_copy_only=False) for i in range(res.num_columns)])
+            for i in range(met.shape[1]):
+                counters[f"failed_criterion_{i + 1}"] = int((~met[:, i]).sum())
+            if self.config.logical_operator == "AND":
+                keep = met.all(axis=1)
+                first_fail = np.argmin(met, axis=1)
+                for i in range(met.shape[1]):
+                    removed[f"criterion_{i + 1}"] = int(((~keep) & (first_fail == i)).sum())
+            else:
+                keep = met.any(axis=1)
+                removed["no_criterion_met"] = int((~keep).sum())
+            table = table.filter(pa.array(keep))
+        if self.config.columns_to_drop:
+            table = table.drop_columns(list(self.config.columns_to_drop))
+        return Output(parts={"": table}, removed=removed, counters=counters)
