@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import os
 import posixpath
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Iterator
@@ -33,6 +34,10 @@ PARQUET_WRITE_OPTIONS = dict(compression="zstd", row_group_size=64 * 1024, write
 class FileInfo:
     rel: str  # relative to the location's root, '/'-separated
     size: int
+
+
+# what LocalLocation._tmp makes: ".<name>.tmp-<uuid4 hex>"
+_TEMP_NAME = re.compile(r"^\..+\.tmp-[0-9a-f]{32}$")
 
 
 def is_s3(uri: str) -> bool:
@@ -112,19 +117,29 @@ class LocalLocation(Location):
     def list_all(self, rel_prefix: str = "") -> list[FileInfo]:
         out: list[FileInfo] = []
 
-        def walk(d: str, rel: str) -> None:
+        def walk(d: str, rel: str, seen: frozenset) -> None:
             try:
                 entries = list(os.scandir(d))
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 return
             for e in entries:
                 r = f"{rel}/{e.name}" if rel else e.name
                 if e.is_dir(follow_symlinks=True):
-                    walk(e.path, r)
+                    st = e.stat(follow_symlinks=True)
+                    ident = (st.st_dev, st.st_ino)
+                    if ident in seen:  # a symlink back to a folder above: a loop, not more data
+                        continue
+                    walk(e.path, r, seen | {ident})
                 elif e.is_file(follow_symlinks=True):
                     out.append(FileInfo(r, e.stat().st_size))
 
-        walk(self.path(rel_prefix), rel_prefix.rstrip("/"))
+        start = self.path(rel_prefix)
+        try:
+            st = os.stat(start)
+            seen = frozenset({(st.st_dev, st.st_ino)})
+        except OSError:
+            seen = frozenset()
+        walk(start, rel_prefix.strip("/"), seen)
         return sorted(out, key=lambda f: f.rel)
 
     def read_bytes(self, rel: str) -> bytes:
@@ -173,7 +188,7 @@ class LocalLocation(Location):
         """Remove temp files left by a killed writer (they are never data). Returns how many."""
         n = 0
         for f in self.list_all():
-            if posixpath.basename(f.rel).startswith(".") and ".tmp-" in f.rel:
+            if _TEMP_NAME.match(posixpath.basename(f.rel)):
                 os.unlink(self.path(f.rel))
                 n += 1
         return n
@@ -188,7 +203,9 @@ def s3_client():
         retries={"max_attempts": int(os.environ.get("PREPLINE_S3_MAX_ATTEMPTS", "8")), "mode": "standard"},
         connect_timeout=10,
         read_timeout=120,
-        s3={"addressing_style": "path"} if endpoint or os.environ.get("AWS_ENDPOINT_URL") else {},
+        s3={"addressing_style": "path"}
+        if endpoint or os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
+        else {},
     )
     return boto3.client("s3", endpoint_url=endpoint, config=cfg)
 
@@ -258,7 +275,13 @@ class S3Location(Location):
             for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, PaginationConfig={"PageSize": 1000}):
                 yield from page.get("Contents", [])
         except self.client.exceptions.NoSuchBucket:
-            raise InputError(f"bucket '{self.bucket}' does not exist ({self.uri})", "create it or fix the URI") from None
+            raise self._no_bucket() from None
+
+    def _no_bucket(self) -> InputError:
+        return InputError(f"bucket '{self.bucket}' does not exist ({self.uri})", "create it or fix the URI")
+
+    def _is_no_bucket(self, e: Exception) -> bool:
+        return getattr(e, "response", {}).get("Error", {}).get("Code") == "NoSuchBucket"
 
     def list_all(self, rel_prefix: str = "") -> list[FileInfo]:
         base = self.key()
@@ -272,13 +295,26 @@ class S3Location(Location):
         return False
 
     def read_bytes(self, rel: str) -> bytes:
+        from botocore.exceptions import ClientError
+
         try:
             return self.client.get_object(Bucket=self.bucket, Key=self.key(rel))["Body"].read()
         except self.client.exceptions.NoSuchKey:
             raise FileNotFoundError(self.path(rel)) from None
+        except ClientError as e:
+            if self._is_no_bucket(e):
+                raise self._no_bucket() from None
+            raise
 
     def write_bytes(self, rel: str, data: bytes) -> None:
-        self.client.put_object(Bucket=self.bucket, Key=self.key(rel), Body=data)
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self.key(rel), Body=data)
+        except ClientError as e:
+            if self._is_no_bucket(e):
+                raise self._no_bucket() from None
+            raise
 
     def parquet_file(self, rel: str) -> pq.ParquetFile:
         return pq.ParquetFile(pa.BufferReader(self.read_bytes(rel)))
@@ -290,10 +326,22 @@ class S3Location(Location):
 
     def delete(self, rel_prefix: str = "") -> None:
         keys = [o["Key"] for o in self._iter_objects(rel_prefix)]
+        key = self.key(rel_prefix)
+        if key:  # a single object at exactly that name (locally: a file, not a folder)
+            first = self.client.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1).get("Contents", [])
+            if first and first[0]["Key"] == key:
+                keys.insert(0, key)
         for i in range(0, len(keys), 1000):
-            self.client.delete_objects(
+            resp = self.client.delete_objects(
                 Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]], "Quiet": True}
             )
+            errors = resp.get("Errors") or []
+            if errors:
+                e = errors[0]
+                raise OSError(
+                    f"could not delete {len(errors)} object(s) under {self.path(rel_prefix)}; "
+                    f"first: {e.get('Key')}: {e.get('Code')} {e.get('Message')}"
+                )
 
 
 def open_location(uri: str) -> Location:
@@ -302,8 +350,12 @@ def open_location(uri: str) -> Location:
 
 def inside(child: Location, parent: Location) -> bool:
     """True when ``child`` is ``parent`` or a folder below it."""
-    a, b = child.path().rstrip("/"), parent.path().rstrip("/")
     if isinstance(child, LocalLocation) and isinstance(parent, LocalLocation):
-        a, b = os.path.realpath(a), os.path.realpath(b)
-        return a == b or a.startswith(b + os.sep)
-    return a == b or a.startswith(b + "/")
+        a, b = os.path.realpath(child.path()), os.path.realpath(parent.path())
+        return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
+    if isinstance(child, S3Location) and isinstance(parent, S3Location):
+        if child.bucket != parent.bucket:
+            return False
+        a, b = child.prefix, parent.prefix
+        return not b or a == b or a.startswith(b + "/")
+    return False  # one local, one on S3

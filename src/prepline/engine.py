@@ -89,7 +89,10 @@ def read_checked(loc: Location, task: FileTask, transform: Transform, columns: l
     """Read one input file: footer and schema checks first, then the data, then text checks."""
     where = task.path
     if task.size == 0:
-        raise InputError(f"{where}: file is empty (0 bytes), not a Parquet file", "remove it or re-export it")
+        raise InputError(
+            f"{where}: file is empty (0 bytes), not a Parquet file",
+            "remove or re-export it, or pass --max-failed-files N to skip up to N bad files",
+        )
     try:
         pf = loc.parquet_file(task.rel)
         schema = pf.schema_arrow

@@ -1,0 +1,1 @@
+"""Reusable Kubeflow Pipelines components (lightweight Python components calling into prepline)."""

@@ -1,0 +1,105 @@
+"""Shared fixtures: Parquet folders, a local S3 server (moto, real HTTP on 127.0.0.1), one Ray."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+# Ray listeners on loopback only (see GUIDE §6), for every Ray started by the tests.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+def write_parquet(root: Path, rel: str, columns: dict) -> Path:
+    p = Path(root) / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(columns), p)
+    return p
+
+
+def tree_bytes(root: Path, suffix: str = ".parquet") -> dict[str, bytes]:
+    """Every data file under root (relative path -> bytes), for byte-for-byte comparisons."""
+    root = Path(root)
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob(f"*{suffix}")) if "_prepline" not in p.parts}
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    """A small corpus in two files and a sub-folder, with duplicates in and across files."""
+    d = tmp_path / "in"
+    write_parquet(d, "a.parquet", {"contents": ["Hello world", "hello   WORLD ", "Another doc", "x"], "n": [0, 1, 2, 3]})
+    write_parquet(d, "lang=en/b.parquet", {"contents": ["", "Another doc", "third one", "Hello world"], "n": [4, 5, 6, 7]})
+    write_parquet(d, "c.parquet", {"contents": ["unique text here", ""], "n": [8, 9]})
+    return d
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-protocol server (moto's standalone server) on 127.0.0.1 for the whole session."""
+    port = _free_port()
+    exe = Path(sys.executable).parent / "moto_server"
+    proc = subprocess.Popen(
+        [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        raise RuntimeError("moto_server did not start")
+    env = {
+        "PREPLINE_S3_ENDPOINT": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield endpoint
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture
+def s3_bucket(s3_server) -> str:
+    """A fresh bucket; returns its name."""
+    from prepline.data_access import s3_client
+
+    name = f"b-{uuid.uuid4().hex[:12]}"
+    s3_client().create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray for every Ray test in the session (its executors join it, never stop it)."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 * 1024, configure_logging=False)
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,244 @@
+"""The engine: outputs independent of runtime and workers, conservation, bad input, tolerance."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import tree_bytes, write_parquet
+from prepline.engine import RunOptions, run_transform
+from prepline.errors import ConfigError, InputError, RunFailed
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
+
+
+def make_corpus(root: Path, files: int = 7, seed: int = 3) -> Path:
+    rng = random.Random(seed)
+    pool: list[str] = []
+    for i in range(files):
+        docs = []
+        for _ in range(rng.randint(5, 400)):  # skewed file sizes
+            if pool and rng.random() < 0.15:
+                d = rng.choice(pool)
+                d = d.upper() if rng.random() < 0.3 else d + "  "  # duplicates after normalisation
+            else:
+                d = " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 60)))
+                pool.append(d)
+            docs.append(d)
+        sub = "" if i % 3 else "part=x/"
+        write_parquet(root, f"{sub}f{i:02d}.parquet", {"contents": docs, "len": [len(d) for d in docs]})
+    return root
+
+
+def chain(src: Path, dst: Path, **opts) -> dict:
+    """doc_id -> exact_dedup -> filter; returns the last metadata."""
+    run_transform("doc_id", {}, RunOptions(str(src), str(dst / "ids"), **opts))
+    run_transform("exact_dedup", {"num_shards": 3}, RunOptions(str(dst / "ids"), str(dst / "dedup"), **opts))
+    return run_transform(
+        "filter", {"criteria": ["len > 20", "contents NOT LIKE 'alpha%'"]}, RunOptions(str(dst / "dedup"), str(dst / "final"), **opts)
+    ).metadata
+
+
+def test_output_identical_for_any_worker_count(tmp_path):
+    src = make_corpus(tmp_path / "in")
+    m1 = chain(src, tmp_path / "w1", workers=1)
+    m2 = chain(src, tmp_path / "w2", workers=2)
+    for stage in ("ids", "dedup", "final"):
+        a, b = tree_bytes(tmp_path / "w1" / stage), tree_bytes(tmp_path / "w2" / stage)
+        assert a and a == b, stage
+    assert m1["totals"] == {**m2["totals"], "seconds": m1["totals"]["seconds"], "docs_per_second": m1["totals"]["docs_per_second"], "mb_per_second": m1["totals"]["mb_per_second"]}
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_runtime_gives_the_same_bytes(tmp_path, ray_session):
+    src = make_corpus(tmp_path / "in")
+    chain(src, tmp_path / "local", workers=1)
+    chain(src, tmp_path / "ray", runtime="ray", workers=2)
+    for stage in ("ids", "dedup", "final"):
+        assert tree_bytes(tmp_path / "local" / stage) == tree_bytes(tmp_path / "ray" / stage), stage
+
+
+def test_metadata_conserves_and_describes(tmp_path):
+    src = make_corpus(tmp_path / "in")
+    meta = chain(src, tmp_path / "o", workers=1)
+    on_disk = json.loads((tmp_path / "o" / "final" / "metadata.json").read_text())
+    assert on_disk["status"] == "success" and on_disk["transform"] == "filter"
+    t = on_disk["totals"]
+    assert t["docs_in"] == t["docs_out"] + sum(t["removed"].values()) > 0
+    assert set(t["removed"]) <= {"criterion_1", "criterion_2"}
+    for rel, f in on_disk["files"].items():
+        assert f["docs_in"] == f["docs_out"] + sum(f["removed"].values()), rel
+    assert {"python", "pyarrow", "duckdb", "prepline"} <= set(on_disk["versions"])
+    assert on_disk["parameters"]["criteria"] == ["len > 20", "contents NOT LIKE 'alpha%'"]
+    assert meta["started"] <= meta["ended"]
+    assert not (tmp_path / "o" / "final" / "_prepline").exists()  # work state removed on success
+
+
+def test_doc_ids_dense_unique_and_sorted_by_file(tmp_path):
+    src = make_corpus(tmp_path / "in")
+    run_transform("doc_id", {"start_id": 100}, RunOptions(str(src), str(tmp_path / "o"), workers=2))
+    ids = []
+    for rel in sorted(tree_bytes(tmp_path / "o")):
+        ids += pq.read_table(tmp_path / "o" / rel).column("doc_id").to_pylist()
+    assert ids == list(range(100, 100 + len(ids)))
+
+
+def test_exact_dedup_keeps_smallest_id_and_counts(tmp_path, corpus):
+    run_transform("doc_id", {}, RunOptions(str(corpus), str(tmp_path / "ids"), workers=1))
+    m = run_transform("exact_dedup", {}, RunOptions(str(tmp_path / "ids"), str(tmp_path / "d"), workers=2)).metadata
+    kept = []
+    for rel in tree_bytes(tmp_path / "d"):
+        kept += pq.read_table(tmp_path / "d" / rel).to_pylist()
+    texts = sorted(" ".join(r["contents"].lower().split()) for r in kept)
+    assert texts == sorted(set(texts))  # no duplicates remain
+    # ids follow the sorted listing a, c, lang=en/b: the empty text of c (n=9) precedes that of b (n=4)
+    assert {r["n"] for r in kept} == {0, 2, 3, 6, 8, 9}  # the copy with the smallest id of each text
+    assert m["totals"]["removed"] == {"exact_duplicate": 4}
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+
+def _untouched(before: dict, root: Path) -> None:
+    assert tree_bytes(root) == before
+
+
+def _no_output(out: Path) -> None:
+    assert not out.exists() or not tree_bytes(out), "half-written output left behind"
+
+
+def test_missing_input_folder(tmp_path):
+    with pytest.raises(InputError, match="does not exist") as e:
+        run_transform("doc_id", {}, RunOptions(str(tmp_path / "nope"), str(tmp_path / "o")))
+    assert "--input" in e.value.fix
+
+
+def test_empty_folder_and_no_parquet(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="is empty"):
+        run_transform("doc_id", {}, RunOptions(str(tmp_path / "empty"), str(tmp_path / "o")))
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "data.csv").write_text("a,b\n")
+    with pytest.raises(InputError, match=r"no \.parquet files \(found e\.g\. data\.csv\)"):
+        run_transform("doc_id", {}, RunOptions(str(tmp_path / "csv"), str(tmp_path / "o")))
+    _no_output(tmp_path / "o")
+
+
+def _corrupt(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    path.write_bytes({"truncated": data[: len(data) // 2], "garbage": b"PAR1" + b"\x00garbage" * 50, "empty": b""}[how])
+
+
+@pytest.mark.parametrize("how, match", [("truncated", "not a readable Parquet"), ("garbage", "not a readable Parquet"), ("empty", "empty \\(0 bytes\\)")])
+def test_bad_file_fails_the_run_and_names_it(tmp_path, corpus, how, match):
+    _corrupt(corpus / "c.parquet", how)
+    before = tree_bytes(corpus)
+    out = tmp_path / "o"
+    with pytest.raises(RunFailed, match=match) as e:
+        run_transform("doc_id", {}, RunOptions(str(corpus), str(out), workers=1))
+    assert "c.parquet" in e.value.message and "--max-failed-files" in e.value.fix
+    _untouched(before, corpus)
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["status"] == "failed" and "c.parquet" in meta["failures"]
+
+
+def test_tolerated_failure_is_listed(tmp_path, corpus):
+    _corrupt(corpus / "c.parquet", "truncated")
+    m = run_transform("doc_id", {}, RunOptions(str(corpus), str(tmp_path / "o"), workers=1, max_failed_files=1)).metadata
+    assert m["status"] == "success" and list(m["failures"]) == ["c.parquet"]
+    assert m["totals"]["files_failed"] == 1 and m["totals"]["docs_in"] == 8
+    assert not (tmp_path / "o" / "c.parquet").exists()
+
+
+def test_missing_and_mistyped_column(tmp_path):
+    write_parquet(tmp_path / "a", "x.parquet", {"text": ["a"]})
+    with pytest.raises(InputError, match="column 'contents' is missing \\(columns: text\\)") as e:
+        run_transform("doc_id", {}, RunOptions(str(tmp_path / "a"), str(tmp_path / "o")))
+    assert "content_column" in e.value.fix
+    write_parquet(tmp_path / "b", "x.parquet", {"contents": [1, 2]})
+    with pytest.raises(InputError, match="has type int64, expected string"):
+        run_transform("doc_id", {}, RunOptions(str(tmp_path / "b"), str(tmp_path / "o")))
+    with pytest.raises(InputError, match="column 'doc_id' is missing") as e:
+        run_transform("exact_dedup", {}, RunOptions(str(tmp_path / "a"), str(tmp_path / "o"), ), ) if False else run_transform(
+            "exact_dedup", {"content_column": "text"}, RunOptions(str(tmp_path / "a"), str(tmp_path / "o")))
+    assert "run doc_id first" in e.value.fix
+    _no_output(tmp_path / "o")
+
+
+def test_null_text_is_reported_with_its_row(tmp_path):
+    write_parquet(tmp_path / "a", "ok.parquet", {"contents": ["fine"]})
+    write_parquet(tmp_path / "a", "z.parquet", {"contents": ["a", None, "c"]})
+    with pytest.raises(RunFailed, match=r"z\.parquet: column 'contents' has 1 null value\(s\) \(first at row 1\)") as e:
+        run_transform("doc_id", {}, RunOptions(str(tmp_path / "a"), str(tmp_path / "o"), workers=1))
+    assert "IS NOT NULL" in e.value.fix
+
+
+def test_non_utf8_text(tmp_path):
+    bad = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(b"\x00\x00\x00\x00\x02\x00\x00\x00\x04\x00\x00\x00"), pa.py_buffer(b"ok\xff\xfe")])
+    (tmp_path / "a").mkdir()
+    pq.write_table(pa.table({"contents": bad}), tmp_path / "a" / "bad.parquet")
+    with pytest.raises(RunFailed, match="bad.parquet: column 'contents' holds text that is not valid UTF-8"):
+        run_transform("doc_id", {}, RunOptions(str(tmp_path / "a"), str(tmp_path / "o"), workers=1))
+
+
+def test_bad_parameters_fail_before_any_output(tmp_path, corpus):
+    with pytest.raises(ConfigError, match="unknown parameter"):
+        run_transform("doc_id", {"colour": "red"}, RunOptions(str(corpus), str(tmp_path / "o")))
+    with pytest.raises(ConfigError, match="not valid SQL"):
+        run_transform("filter", {"criteria": ["no_such_col > 1"]}, RunOptions(str(corpus), str(tmp_path / "o")))
+    with pytest.raises(ConfigError, match="Permission Error"):
+        run_transform("filter", {"criteria": ["(SELECT count(*) FROM read_csv('/etc/passwd')) > 0"]}, RunOptions(str(corpus), str(tmp_path / "o")))
+    with pytest.raises(ConfigError, match="one SQL expression only"):
+        run_transform("filter", {"criteria": ["1=1; DROP TABLE docs"]}, RunOptions(str(corpus), str(tmp_path / "o")))
+    with pytest.raises(ConfigError, match="not a boolean"):
+        run_transform("filter", {"criteria": ["n + 1"]}, RunOptions(str(corpus), str(tmp_path / "o")))
+    _no_output(tmp_path / "o")
+
+
+def test_output_inside_input_is_refused(corpus):
+    with pytest.raises(ConfigError, match="inside input"):
+        run_transform("doc_id", {}, RunOptions(str(corpus), str(corpus / "out")))
+    assert not (corpus / "out").exists()
+
+
+def test_non_empty_output_refused_then_overwrite(tmp_path, corpus):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="not empty") as e:
+        run_transform("doc_id", {}, RunOptions(str(corpus), str(out)))
+    assert "--overwrite" in e.value.fix and (out / "keep.txt").exists()
+    run_transform("doc_id", {}, RunOptions(str(corpus), str(out), overwrite=True))
+    assert not (out / "keep.txt").exists() and (out / "metadata.json").exists()
+
+
+def test_complete_output_is_not_recomputed(tmp_path, corpus):
+    out = tmp_path / "o"
+    run_transform("doc_id", {}, RunOptions(str(corpus), str(out)))
+    stamp = (out / "a.parquet").stat().st_mtime_ns
+    r = run_transform("doc_id", {}, RunOptions(str(corpus), str(out)))
+    assert r.resumed and (out / "a.parquet").stat().st_mtime_ns == stamp
+    with pytest.raises(ConfigError, match="not empty"):  # different parameters: refuse to mix
+        run_transform("doc_id", {"start_id": 5}, RunOptions(str(corpus), str(out)))
+
+
+def test_filter_or_and_drop_columns(tmp_path, corpus):
+    m = run_transform(
+        "filter", {"criteria": ["n < 2", "n > 7"], "logical_operator": "OR", "columns_to_drop": ["n"]}, RunOptions(str(corpus), str(tmp_path / "o"))
+    ).metadata
+    assert m["totals"]["docs_out"] == 4 and m["totals"]["removed"] == {"no_criterion_met": 6}
+    assert pq.read_table(tmp_path / "o" / "a.parquet").column_names == ["contents"]
+    with pytest.raises(InputError, match="columns_to_drop names column\\(s\\) zz"):
+        run_transform("filter", {"columns_to_drop": ["zz"]}, RunOptions(str(corpus), str(tmp_path / "p")))
+
+
+def test_filter_null_criteria_count_as_not_met(tmp_path):
+    write_parquet(tmp_path / "a", "x.parquet", {"contents": ["a", "b", "c"], "score": [1.0, None, 3.0]})
+    m = run_transform("filter", {"criteria": ["score > 0"]}, RunOptions(str(tmp_path / "a"), str(tmp_path / "o"))).metadata
+    assert m["totals"]["docs_out"] == 2 and m["totals"]["removed"] == {"criterion_1": 1}

@@ -1,0 +1,74 @@
+"""A run killed at any point resumes and ends with the same bytes as an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import tree_bytes
+from prepline.engine import RunOptions, run_transform
+from test_engine import make_corpus
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "prepline.cli", *args, "--no-progress", "--workers", "1"]
+
+
+def _kill_when(proc: subprocess.Popen, marker_dir: Path, n: int, timeout: float = 60) -> int:
+    """SIGKILL the run once ``n`` completion markers exist in ``marker_dir``; returns how many there were."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = len(list(marker_dir.rglob("*.json"))) if marker_dir.exists() else 0
+        if found >= n:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return found
+        if proc.poll() is not None:
+            pytest.fail(f"run finished before it could be killed: {proc.stderr.read()[-2000:]}")
+        time.sleep(0.01)
+    proc.kill()
+    pytest.fail("no progress to kill")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase", ["hash", "reduce", "final"])
+def test_killed_run_resumes_to_identical_output(tmp_path, phase):
+    src = make_corpus(tmp_path / "in", files=30, seed=11)
+    ids = tmp_path / "ids"
+    run_transform("doc_id", {}, RunOptions(str(src), str(ids), workers=2))
+    ref = tmp_path / "ref"
+    run_transform("exact_dedup", {"num_shards": 8}, RunOptions(str(ids), str(ref), workers=1))
+
+    out = tmp_path / "out"
+    args = _cli("run", "exact_dedup", "--input", str(ids), "--output", str(out), "--num-shards", "8")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    killed_at = _kill_when(proc, out / "_prepline" / "markers" / phase, 3)
+    assert not (out / "metadata.json").exists()
+
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    meta = json.loads((out / "metadata.json").read_text())
+    resumed = {"hash": meta["phases"]["hash"]["resumed"], "reduce": meta["phases"]["reduce"]["resumed"], "final": len(meta["resumed_files"])}
+    assert resumed[phase] >= killed_at  # the finished work was not redone
+    assert tree_bytes(out) == tree_bytes(ref)
+    assert meta["totals"]["removed"] == json.loads((ref / "metadata.json").read_text())["totals"]["removed"]
+    assert not list(out.rglob(".*.tmp-*"))  # no temp litter
+
+
+def test_unfinished_run_with_other_parameters_is_not_mixed(tmp_path, corpus):
+    ids = tmp_path / "ids"
+    run_transform("doc_id", {}, RunOptions(str(corpus), str(ids)))
+    out = tmp_path / "out"
+    (out / "_prepline").mkdir(parents=True)
+    (out / "_prepline" / "run.json").write_text(json.dumps({"fingerprint": "something-else"}))
+    from prepline.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unfinished run with other input or parameters"):
+        run_transform("exact_dedup", {}, RunOptions(str(ids), str(out)))

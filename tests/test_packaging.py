@@ -1,0 +1,50 @@
+"""The wheel built from the repo installs into a fresh venv and every module in it imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_imports_every_module(tmp_path):
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(ROOT)],
+        check=True, capture_output=True, text=True,
+    )
+    (wheel,) = dist.glob("prepline-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    modules = sorted(n[:-3].replace("/", ".").removesuffix(".__init__") for n in names if n.endswith(".py"))
+    # the design card's folders are sub-packages of the one import package
+    for pkg in ("prepline.transforms", "prepline.components", "prepline.pipelines", "prepline.runtime"):
+        assert pkg in modules, pkg
+    assert "prepline.transforms.exact_dedup" in modules
+    # every .py of the source folders is in the wheel
+    src = {p for d in ("src/prepline", "transforms", "components", "pipelines") for p in (ROOT / d).rglob("*.py")}
+    assert len(src) == len(modules), "a sub-package is missing from [tool.setuptools] packages"
+
+    env = tmp_path / "venv"
+    venv.create(env, with_pip=False)
+    py = env / "bin" / "python"
+    # dependencies come from the test environment (a path entry, so its editable prepline is NOT active)
+    site = next((env / "lib").glob("python3*/site-packages"))
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q", str(wheel)], check=True)
+    code = (
+        "import importlib, sys, prepline\n"
+        f"assert prepline.__file__.startswith({str(env)!r}), prepline.__file__\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "from prepline import registry; print(','.join(registry.names()))\n"
+    )
+    out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "doc_id" in out.stdout and "exact_dedup" in out.stdout and "filter" in out.stdout
