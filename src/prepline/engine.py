@@ -340,6 +340,10 @@ def run_transform(
 
     final = results.get(FINAL, {})
     status = "success" if len(failures) <= options.max_failed_files and FINAL in results else "failed"
+    finished: dict = {}
+    if status == "success":
+        spec = WorkerSpec(name, transform.config.to_dict(), inp.uri, out.uri, "finish", {})
+        finished = transform.finish(results, PhaseContext(spec, transform))
     files_meta = {k: v for k, v in sorted(final.items())}
     meta = metadata.build(
         transform=name,
@@ -355,6 +359,8 @@ def run_transform(
         status=status,
         state_summary=transform.plan_summary(results) if status == "success" else None,
     )
+    if finished:
+        meta["finish"] = finished
     out.write_bytes("metadata.json", json.dumps(meta, indent=2, sort_keys=False, default=list).encode())
     if status != "success":
         first = next(iter(failures.values()), {})

@@ -174,6 +174,14 @@ class Transform:
         """A few numbers about the pre-phases for metadata.json (e.g. duplicate groups)."""
         return {}
 
+    def finish(self, results: dict[str, dict[str, dict]], ctx: "PhaseContext") -> dict:
+        """Driver-side step after every file succeeded, before metadata.json is written.
+
+        For outputs that need all files (e.g. fixed-length token shards with an index). It must be
+        idempotent (a rerun may do it again); what it returns lands in metadata.json's ``finish``.
+        """
+        return {}
+
     # -- per-worker ------------------------------------------------------------------------
     def setup(self, ctx: "PhaseContext") -> None:
         """Load models or shared state once per worker, before its first final-map task."""
