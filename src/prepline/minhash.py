@@ -1,0 +1,306 @@
+"""Vectorised MinHash over Arrow string columns: numpy over the UTF-8 bytes, no per-document Python.
+
+The steps, each over a whole batch of documents at once:
+
+1. **Units.** ``word`` shingles: the text is lower-cased (``pyarrow.compute.utf8_lower``) and
+   split on white space (ASCII and Unicode white space, as Python's ``str.split()``); each
+   word gets a 64-bit hash from its bytes (a polynomial over a random byte table, summed per
+   word with ``np.add.reduceat``, then a 64-bit finaliser). ``char`` shingles: lower-cased
+   text with white space runs collapsed to one space and trimmed; each Unicode character is
+   one unit.
+2. **Shingles.** A shingle is ``k`` consecutive units of one document; its 32-bit hash
+   combines the ``k`` unit hashes (random odd multipliers, then a finaliser). A document
+   with fewer than ``k`` units (but at least one) is one shingle: the whole document. A
+   document with no units (empty or white space only) has no shingles and no signature.
+3. **Signatures.** For ``P`` permutations ``h_p(x) = (a_p * x + b_p) mod 2**32`` (random
+   ``a_p`` odd and ``b_p``: a bijection of the 32-bit values, over shingle hashes that are
+   already well mixed), the signature is the minimum of ``h_p`` over the document's
+   shingles: ``np.minimum.reduceat`` per document over blocks of shingles, in uint32 so
+   that a block of all permutations stays in cache. The estimate's error matches the
+   binomial ``sqrt(J (1 - J) / P)`` (checked in the tests).
+4. **Band keys.** ``bands`` × ``rows`` = ``P``: each band's ``rows`` values and the band
+   number are hashed into one 64-bit bucket key; two documents share a bucket in some band
+   with probability ``1 - (1 - J**rows)**bands`` for Jaccard similarity ``J``.
+
+Everything depends only on the text and a fixed seed, so signatures are identical in every
+process, worker and run (same numpy version or not: only integer arithmetic is used).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = [
+    "Shingles",
+    "shingle",
+    "signatures",
+    "band_keys",
+    "estimated_jaccard",
+    "set_jaccard",
+    "lsh_probability",
+    "permutations",
+]
+
+_U64 = np.uint64
+_SEED = 0x5EED_F022
+
+
+def _splitmix(x: np.ndarray) -> np.ndarray:
+    """The SplitMix64 finaliser, in place on a uint64 array (returns it)."""
+    x ^= x >> _U64(30)
+    x *= _U64(0xBF58476D1CE4E5B9)
+    x ^= x >> _U64(27)
+    x *= _U64(0x94D049BB133111EB)
+    x ^= x >> _U64(31)
+    return x
+
+
+def _random_u64(n: int, salt: int, odd: bool = False) -> np.ndarray:
+    rng = np.random.Generator(np.random.PCG64([_SEED, salt]))
+    v = rng.integers(0, 2**64, size=n, dtype=np.uint64, endpoint=False)
+    return v | _U64(1) if odd else v
+
+
+_SHINGLE_MUL = _random_u64(64, 3, odd=True)  # one multiplier per position in a shingle (k <= 64)
+_BAND_MUL = _random_u64(4096, 4, odd=True)  # one per row in a band
+_BAND_SALT = _random_u64(4096, 5)  # one per band
+
+MAX_SHINGLE = len(_SHINGLE_MUL)
+MAX_ROWS = len(_BAND_MUL)
+
+
+def permutations(num: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(a, b)`` uint32 vectors of ``num`` permutations, ``a`` odd (fixed seed: same everywhere)."""
+    a = (_random_u64(num, 6) >> _U64(32)).astype(np.uint32) | np.uint32(1)
+    b = (_random_u64(num, 7) >> _U64(32)).astype(np.uint32)
+    return a, b
+
+
+def _bytes_of(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(uint8 bytes, int64 offsets rebased to 0) of a string array (nulls count as empty)."""
+    arr = arr.cast(pa.large_string())
+    n = len(arr)
+    if arr.null_count:
+        arr = pc.fill_null(arr, "")
+    _, off_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(off_buf, dtype=np.int64, count=n + 1, offset=arr.offset * 8)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    data = np.frombuffer(data_buf, dtype=np.uint8, count=hi - lo, offset=lo) if hi > lo else np.zeros(0, np.uint8)
+    return data, offsets - lo
+
+
+_CON = None
+
+
+def _duckdb():
+    global _CON
+    if _CON is None:
+        from prepline import hashing
+
+        _CON = hashing.connect()
+    return _CON
+
+
+def _word_units(low: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """64-bit hashes of the words (white-space separated) of lower-cased text, and word offsets."""
+    words = pc.utf8_split_whitespace(low)
+    offsets = words.offsets.to_numpy().astype(np.int64)
+    offsets -= offsets[0]
+    flat = words.flatten()
+    if len(flat) == 0:
+        return np.zeros(0, dtype=np.uint64), offsets
+    con = _duckdb()
+    con.register("__prepline_words", pa.table({"w": flat}))
+    try:
+        h = con.sql("SELECT hash(w) AS h FROM __prepline_words").to_arrow_table().column("h")
+    finally:
+        con.unregister("__prepline_words")
+    h = np.ascontiguousarray(h.to_numpy()).astype(np.uint64, copy=False)
+    # leading and trailing white space give empty "words": drop them
+    nonempty = pc.binary_length(flat).to_numpy() > 0
+    if not nonempty.all():
+        kept = np.zeros(len(nonempty) + 1, dtype=np.int64)
+        np.cumsum(nonempty, out=kept[1:])
+        h, offsets = h[nonempty], kept[offsets]
+    return h, offsets
+
+
+# the UTF-8 bytes of the Unicode white-space characters (as Python's str.isspace), packed
+# little-endian into one integer as _char_units packs every character
+_WS_CHARS = [chr(c) for c in (*range(9, 14), *range(28, 33), 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
+                              0x2028, 0x2029, 0x202F, 0x205F, 0x3000)]
+_WS_CODES = np.array(sorted(int.from_bytes(c.encode(), "little") for c in _WS_CHARS), dtype=np.uint64)
+_SPACE = _U64(32)
+
+
+def _char_units(low: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The characters of lower-cased text, white-space runs collapsed to one space and trimmed.
+
+    Each character is its UTF-8 bytes packed into an integer (unique per character)."""
+    data, offsets = _bytes_of(low)
+    n = len(offsets) - 1
+    if len(data) == 0:
+        return np.zeros(0, dtype=np.uint64), np.zeros(n + 1, dtype=np.int64)
+    cstart = np.flatnonzero((data & 0xC0) != 0x80)
+    clen = np.diff(np.append(cstart, len(data)))
+    val = data[cstart].astype(np.uint64)
+    for j in (1, 2, 3):  # continuation bytes
+        more = np.flatnonzero(clen > j)
+        if len(more):
+            val[more] |= data[cstart[more] + j].astype(np.uint64) << _U64(8 * j)
+    ws = np.isin(val, _WS_CODES)
+    val[ws] = _SPACE
+    cdoc = np.searchsorted(offsets, cstart, side="right") - 1
+    # a white-space run becomes one space when a non-white-space character of the same
+    # document comes before it and after it; otherwise (leading, trailing) it is dropped
+    after_char = np.zeros(len(val), dtype=bool)
+    after_char[1:] = ~ws[:-1] & (cdoc[1:] == cdoc[:-1])
+    first = np.flatnonzero(ws & after_char)
+    chars = np.flatnonzero(~ws)
+    nxt = np.searchsorted(chars, first)
+    ok = nxt < len(chars)
+    ok[ok] = cdoc[chars[nxt[ok]]] == cdoc[first[ok]]
+    keep = ~ws
+    keep[first[ok]] = True
+    val, cdoc = val[keep], cdoc[keep]
+    counts = np.bincount(cdoc, minlength=n)
+    unit_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=unit_offsets[1:])
+    return val, unit_offsets
+
+
+@dataclass
+class Shingles:
+    """32-bit shingle hashes (in uint64) of a batch, grouped by document.
+
+    ``doc_offsets[i]:doc_offsets[i+1]`` are document i's shingles (none for an empty document).
+    Duplicates within a document are kept (MinHash is the same over a multiset).
+    """
+
+    hashes: np.ndarray
+    doc_offsets: np.ndarray
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.diff(self.doc_offsets)
+
+    def of(self, i: int) -> np.ndarray:
+        return self.hashes[self.doc_offsets[i] : self.doc_offsets[i + 1]]
+
+
+def shingle(text: pa.Array | pa.ChunkedArray, k: int = 5, kind: str = "word") -> Shingles:
+    """Shingle hashes of every document of ``text`` (k units each; see the module docstring)."""
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks() if text.num_chunks != 1 else text.chunk(0)
+    if not 1 <= k <= MAX_SHINGLE:
+        raise ValueError(f"shingle size {k} outside 1..{MAX_SHINGLE}")
+    low = pc.utf8_lower(text)
+    if kind == "word":
+        units, uoff = _word_units(low)
+    elif kind == "char":
+        units, uoff = _char_units(low)
+    else:
+        raise ValueError(f"unknown shingle kind {kind!r}")
+    n = len(uoff) - 1
+    counts = np.diff(uoff)
+    nsh = np.where(counts >= k, counts - k + 1, np.minimum(counts, 1))
+    soff = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(nsh, out=soff[1:])
+    total, w = int(soff[-1]), len(units)
+    if total == 0:
+        return Shingles(np.zeros(0, dtype=np.uint64), soff)
+    with np.errstate(over="ignore"):
+        # every unit position starts a k-window (windows that run past their document are dropped)
+        h = units * _SHINGLE_MUL[0]
+        for j in range(1, k):
+            h[: w - j] += units[j:] * _SHINGLE_MUL[j]
+        h += _U64(k)
+        # a full window starts at uoff[d] .. uoff[d+1]-k of each document with >= k units
+        full = counts >= k
+        mark = np.zeros(w + 1, dtype=np.int32)
+        np.add.at(mark, uoff[:-1][full], 1)
+        np.add.at(mark, uoff[1:][full] - k + 1, -1)
+        valid = np.cumsum(mark[:-1]).astype(bool)
+        short = np.flatnonzero((counts > 0) & ~full)
+        if len(short):
+            # a document shorter than k units is one shingle: all of its units
+            s0, ln = uoff[short], counts[short]
+            hs = np.zeros(len(short), dtype=np.uint64)
+            for j in range(int(ln.max())):
+                m = ln > j
+                hs[m] += units[s0[m] + j] * _SHINGLE_MUL[j]
+            hs += ln.astype(np.uint64)
+            h[s0] = hs
+            valid[s0] = True
+        h = h[valid]
+    _splitmix(h)
+    h >>= _U64(32)
+    return Shingles(h, soff)
+
+
+def signatures(sh: Shingles, num_perm: int, block: int = 8192) -> tuple[np.ndarray, np.ndarray]:
+    """MinHash signatures ``(m, num_perm)`` uint32 of the documents that have shingles.
+
+    Returns ``(sig, docs)``: ``docs`` are the indices (into the batch) of those documents.
+    The shingles are taken in blocks of ``block`` (the ``num_perm × block`` temporary stays
+    in cache); a document may span blocks, its minimum is combined across them.
+    """
+    a, b = permutations(num_perm)
+    counts = sh.counts
+    docs = np.flatnonzero(counts > 0)
+    m = len(docs)
+    sig = np.full((m, num_perm), np.iinfo(np.uint32).max, dtype=np.uint32)
+    if m == 0:
+        return sig, docs
+    starts = sh.doc_offsets[docs]  # document docs[i] has shingles starts[i] .. starts[i] + counts
+    x = sh.hashes.astype(np.uint32)
+    total = len(x)
+    a_col, b_col = a[:, None], b[:, None]
+    buf = np.empty((num_perm, min(block, total)), dtype=np.uint32)
+    for lo in range(0, total, block):
+        hi = min(lo + block, total)
+        # documents overlapping [lo, hi): the one holding shingle lo, up to the last starting before hi
+        d0 = int(np.searchsorted(starts, lo, side="right")) - 1
+        d1 = int(np.searchsorted(starts, hi, side="left"))
+        v = buf[:, : hi - lo]
+        np.multiply(a_col, x[None, lo:hi], out=v)  # (a * x + b) mod 2**32
+        v += b_col
+        part = np.minimum.reduceat(v, np.maximum(starts[d0:d1], lo) - lo, axis=1)
+        np.minimum(sig[d0:d1], part.T, out=sig[d0:d1])
+    return sig, docs
+
+
+def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """``(m, bands)`` uint64 bucket keys: each band's ``rows`` values and its number, hashed."""
+    m, p = sig.shape
+    if bands * rows != p:
+        raise ValueError(f"bands × rows = {bands * rows} != {p} permutations")
+    v = sig.reshape(m, bands, rows).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        v *= _BAND_MUL[:rows]
+        key = v.sum(axis=2, dtype=np.uint64)
+        key += _BAND_SALT[:bands]
+    return _splitmix(key)
+
+
+def estimated_jaccard(sa: np.ndarray, sb: np.ndarray) -> np.ndarray:
+    """Row-wise share of equal signature values: the MinHash estimate of Jaccard similarity."""
+    return (sa == sb).mean(axis=-1)
+
+
+def set_jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """Jaccard similarity of two arrays taken as sets (two empty sets: 0.0)."""
+    a, b = np.unique(a), np.unique(b)
+    if len(a) == 0 and len(b) == 0:
+        return 0.0
+    inter = len(np.intersect1d(a, b, assume_unique=True))
+    return inter / (len(a) + len(b) - inter)
+
+
+def lsh_probability(j: float | np.ndarray, bands: int, rows: int):
+    """Probability that two documents with Jaccard ``j`` share a bucket in at least one band."""
+    return 1.0 - (1.0 - np.asarray(j, dtype=float) ** rows) ** bands

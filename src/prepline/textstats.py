@@ -1,0 +1,210 @@
+"""Vectorised text measures over whole Arrow string columns.
+
+Every function here takes a column of documents (a ``pyarrow`` string array) and returns one
+NumPy value per document, computed with Arrow compute kernels over the whole column and NumPy
+over flattened token arrays, never one Python object per document. Used by ``doc_quality``
+(Gopher/C4-style annotations) and by anything else that needs word, line or n-gram counts.
+
+Tokens are "flattened": all the words (or lines, or characters) of all documents in one array,
+with ``doc`` giving the document each belongs to (ascending) and ``starts`` the offsets of each
+document's tokens (``starts[d]:starts[d + 1]``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = [
+    "Tokens",
+    "as_array",
+    "words",
+    "lines",
+    "codepoints",
+    "per_doc",
+    "top_ngram",
+    "duplicates",
+    "WHITESPACE_CODEPOINTS",
+]
+
+# Unicode White_Space code points (what utf8_split_whitespace splits on)
+WHITESPACE_CODEPOINTS = np.array(
+    [0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000],
+    dtype=np.uint32,
+)
+
+_MUL = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+# key layout for per-document n-gram counting: doc (21 bits) | hash (32 bits) | length (10 bits)
+_DOC_SHIFT = np.uint64(42)
+_HASH_SHIFT = np.uint64(10)
+_LEN_MASK = np.uint64(1023)
+MAX_DOCS_PER_CALL = 1 << 21
+
+
+def as_array(col: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One contiguous string array (chunks combined)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    return col
+
+
+@dataclass
+class Tokens:
+    """Flattened tokens of a column: ``values`` (Arrow strings or NumPy ids), ``doc`` and ``starts``."""
+
+    values: pa.Array | np.ndarray
+    doc: np.ndarray  # int64, ascending
+    starts: np.ndarray  # int64, len n_docs + 1
+    lengths: np.ndarray  # int64 characters per token
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.starts) - 1
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.diff(self.starts)
+
+
+def _starts(doc: np.ndarray, n_docs: int) -> np.ndarray:
+    out = np.zeros(n_docs + 1, dtype=np.int64)
+    np.cumsum(np.bincount(doc, minlength=n_docs), out=out[1:])
+    return out
+
+
+def _flatten(flat: pa.Array, doc: np.ndarray, n_docs: int) -> Tokens:
+    length = pc.utf8_length(flat)
+    keep = pc.greater(length, 0)
+    if not pc.all(keep).as_py():
+        flat = flat.filter(keep)
+        length = length.filter(keep)
+        doc = doc[keep.to_numpy(zero_copy_only=False)]
+    return Tokens(flat, doc, _starts(doc, n_docs), length.to_numpy().astype(np.int64))
+
+
+def _split(lists: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    return lists.flatten(), pc.list_parent_indices(lists).to_numpy().astype(np.int64)
+
+
+def words(text: pa.Array) -> Tokens:
+    """Whitespace-separated words of every document (empty tokens dropped)."""
+    flat, doc = _split(pc.utf8_split_whitespace(text))
+    return _flatten(flat, doc, len(text))
+
+
+def lines(text: pa.Array) -> Tokens:
+    """Lines (split on '\\n'), trimmed of white space; empty lines dropped."""
+    flat, doc = _split(pc.split_pattern(text, "\n"))
+    return _flatten(pc.utf8_trim_whitespace(flat), doc, len(text))
+
+
+def codepoints(text: pa.Array, drop_whitespace: bool = True) -> Tokens:
+    """Every character of every document as a code point (``values``: uint32), decoded in NumPy."""
+    text = as_array(text)
+    n = len(text)
+    if pa.types.is_large_string(text.type):
+        off_t = np.int64
+    else:
+        off_t = np.int32
+    bufs = text.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=off_t, count=n + 1, offset=text.offset * np.dtype(off_t).itemsize).astype(np.int64)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    data = np.frombuffer(bufs[2], dtype=np.uint8)[lo:hi] if bufs[2] is not None and hi > lo else np.zeros(0, np.uint8)
+    padded = np.concatenate([data, np.zeros(4, np.uint8)]).astype(np.uint32)
+    pos = np.flatnonzero((data & 0xC0) != 0x80)
+    lead = padded[pos]
+    size = np.where(lead < 0x80, 1, np.where(lead < 0xE0, 2, np.where(lead < 0xF0, 3, 4)))
+    cp = lead & np.array([0, 0x7F, 0x1F, 0x0F, 0x07], dtype=np.uint32)[size]
+    for k in (1, 2, 3):
+        more = size > k
+        cp = np.where(more, (cp << np.uint32(6)) | (padded[pos + k] & np.uint32(0x3F)), cp)
+    doc = np.searchsorted(offsets - lo, pos, side="right") - 1
+    if drop_whitespace and len(cp):
+        keep = ~np.isin(cp, WHITESPACE_CODEPOINTS)
+        cp, doc = cp[keep], doc[keep]
+    doc = doc.astype(np.int64)
+    return Tokens(cp.astype(np.uint32), doc, _starts(doc, n), np.ones(len(cp), dtype=np.int64))
+
+
+def per_doc(tokens: Tokens, mask: np.ndarray | pa.Array | None = None, weights: np.ndarray | None = None) -> np.ndarray:
+    """Per-document count (or weighted sum) of the tokens selected by ``mask`` (all if None)."""
+    doc = tokens.doc
+    if mask is not None:
+        if isinstance(mask, (pa.Array, pa.ChunkedArray)):
+            mask = np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), dtype=bool)
+        doc = doc[mask]
+        if weights is not None:
+            weights = weights[mask]
+    out = np.bincount(doc, weights=weights, minlength=tokens.n_docs)
+    return out if weights is not None else out.astype(np.int64)
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    h = h ^ (h >> np.uint64(30))
+    h = h * _M1
+    h = h ^ (h >> np.uint64(27))
+    h = h * _M2
+    return h ^ (h >> np.uint64(31))
+
+
+def top_ngram(ids: np.ndarray, tokens: Tokens, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The most frequent n-gram of each document: (occurrences, characters of one occurrence).
+
+    ``ids`` identify tokens (equal tokens, equal ids). Ties go to the longer n-gram. Occurrences
+    are counted at every position (overlaps included). Documents with fewer than ``n`` tokens
+    get (0, 0). N-grams are told apart by a 32-bit hash within each document, so two different
+    n-grams of one document are merged with probability about (#n-grams)^2 / 2^33, and one
+    occurrence's length is capped at 1023 characters.
+    """
+    n_docs = tokens.n_docs
+    if n_docs >= MAX_DOCS_PER_CALL:
+        raise ValueError(f"top_ngram handles at most {MAX_DOCS_PER_CALL - 1} documents per call")
+    total = len(ids)
+    count = np.zeros(n_docs, dtype=np.int64)
+    chars = np.zeros(n_docs, dtype=np.int64)
+    if total < n:
+        return count, chars
+    ends = np.repeat(tokens.starts[1:], tokens.counts)
+    m = total - n + 1
+    valid = (np.arange(m) + n) <= ends[:m]
+    if not valid.any():
+        return count, chars
+    u = ids.astype(np.uint64) + np.uint64(1)
+    with np.errstate(over="ignore"):
+        h = u[:m] * _MUL
+        for k in range(1, n):
+            h = _mix(h ^ u[k : k + m]) * _MUL
+        h = _mix(h)
+    cs = np.zeros(total + 1, dtype=np.int64)
+    np.cumsum(tokens.lengths, out=cs[1:])
+    glen = np.minimum(cs[n : n + m] - cs[:m], 1023).astype(np.uint64)
+    key = (tokens.doc[:m].astype(np.uint64) << _DOC_SHIFT) | ((h >> np.uint64(32)) << _HASH_SHIFT) | glen
+    key = np.sort(key[valid])
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    runs = np.diff(np.r_[first, len(key)])
+    rkey = key[first]
+    rdoc = (rkey >> _DOC_SHIFT).astype(np.int64)
+    score = runs.astype(np.int64) * 1024 + (rkey & _LEN_MASK).astype(np.int64)
+    dstart = np.flatnonzero(np.r_[True, rdoc[1:] != rdoc[:-1]])
+    best = np.maximum.reduceat(score, dstart)
+    docs = rdoc[dstart]
+    count[docs] = best >> 10
+    chars[docs] = best & 1023
+    return count, chars
+
+
+def duplicates(ids: np.ndarray, tokens: Tokens) -> np.ndarray:
+    """Mask of tokens equal to an earlier token of the same document (ids identify tokens)."""
+    if len(ids) == 0:
+        return np.zeros(0, dtype=bool)
+    key = (tokens.doc.astype(np.uint64) << np.uint64(32)) | ids.astype(np.uint64)
+    _, first = np.unique(key, return_index=True)
+    dup = np.ones(len(ids), dtype=bool)
+    dup[first] = False
+    return dup

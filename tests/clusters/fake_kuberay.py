@@ -1,0 +1,710 @@
+"""A local fake of the KubeRay API server (V2 and V1 paths) and of the Ray dashboard behind its
+service proxy, for tests: real HTTP on 127.0.0.1, bodies checked against the published schemas.
+
+What it does (and what it does not):
+* V2 RayCluster bodies are validated against the RayCluster CRD's ``v1`` openAPIV3Schema with
+  unknown fields rejected (like ``kubectl --validate=strict`` / ``fieldValidation=Strict``), plus
+  list-map key uniqueness and ObjectMeta name/label syntax -> 422 ``Invalid`` Status on failure.
+  It does not run the operator's webhook or CEL rules.
+* V1 bodies are validated against the V1 swagger definitions (``$ref`` resolved, unknown and
+  read-only fields rejected) plus the API server's own checks (validations.go) -> 400
+  ``InvalidArgument`` as gRPC-gateway answers.
+* State machine: a cluster has no status on its first GET, is pending (HeadPodReady False) until
+  ``ready_after`` GETs, then ``ready`` (or ``failed`` with a reason if its name contains
+  "broken"). After ready, the dashboard behind the proxy answers 503 for ``dashboard_lag`` more
+  requests. Jobs go PENDING -> RUNNING -> SUCCEEDED over ``job_steps`` status reads; an entrypoint
+  containing "fail" ends FAILED with a traceback in its logs, one containing "hang" runs until
+  stopped.
+* ``fail_next(...)`` injects error answers (e.g. transient 503s, optionally *after* the request
+  took effect, to mimic a lost answer); ``token=`` demands ``Authorization: Bearer <token>``;
+  ``forbid`` namespaces answer 403. Every request is recorded in ``.requests``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import jsonschema
+import yaml
+
+SPECS = Path(__file__).resolve().parents[3] / "shared" / "specs" / "kuberay"
+if not SPECS.is_dir():  # pragma: no cover - alternative checkout layout
+    SPECS = Path("/work/shared/specs/kuberay")
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_INT_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+
+
+# -- schemas ---------------------------------------------------------------------------------------
+def _strict(node, drop_read_only: bool = False):
+    """Reject unknown fields: every object schema with ``properties`` and no ``additionalProperties``
+    (nor ``x-kubernetes-preserve-unknown-fields``) gets ``additionalProperties: false``; integer
+    formats get their ranges; optionally read-only (output) properties are removed."""
+    if isinstance(node, list):
+        return [_strict(n, drop_read_only) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _strict(v, drop_read_only) if k not in ("enum", "required", "default", "example") else v for k, v in node.items()}
+    props = out.get("properties")
+    if isinstance(props, dict) and "$ref" not in out:
+        if drop_read_only:
+            ro = {k for k, v in props.items() if isinstance(v, dict) and v.get("readOnly")}
+            out["properties"] = {k: v for k, v in props.items() if k not in ro}
+            if "required" in out:
+                out["required"] = [r for r in out["required"] if r not in ro]
+        if "additionalProperties" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
+            out["additionalProperties"] = False
+    if out.get("type") == "integer" and out.get("format") in _INT_RANGE:
+        out["minimum"], out["maximum"] = _INT_RANGE[out["format"]]
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def crd_schema() -> dict:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    crd = yaml.load((SPECS / "ray.io_rayclusters.yaml").read_text(), Loader=loader)
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    return version["schema"]["openAPIV3Schema"]
+
+
+@functools.lru_cache(maxsize=None)
+def _crd_validator() -> jsonschema.Draft7Validator:
+    return jsonschema.Draft7Validator(_strict(crd_schema()))
+
+
+_OBJECT_META = {
+    "type": "object", "additionalProperties": False, "required": ["name"],
+    "properties": {"name": {"type": "string"}, "namespace": {"type": "string"},
+                   "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                   "annotations": {"type": "object", "additionalProperties": {"type": "string"}}},
+}
+
+
+def _list_maps(schema: dict, value, path: str, errors: list[str]) -> None:
+    """Kubernetes' list-type=map / set uniqueness, which JSON Schema cannot express."""
+    if isinstance(value, list) and isinstance(schema, dict):
+        lt, keys = schema.get("x-kubernetes-list-type"), schema.get("x-kubernetes-list-map-keys")
+        if lt == "map" and keys:
+            seen = set()
+            for i, item in enumerate(value):
+                k = tuple(item.get(key) for key in keys) if isinstance(item, dict) else None
+                if k in seen:
+                    errors.append(f"{path}[{i}]: Duplicate value: {dict(zip(keys, k))}")
+                seen.add(k)
+        if lt == "set" and len({json.dumps(v, sort_keys=True) for v in value}) != len(value):
+            errors.append(f"{path}: Duplicate value in a set")
+        for i, item in enumerate(value):
+            _list_maps(schema.get("items") or {}, item, f"{path}[{i}]", errors)
+    elif isinstance(value, dict) and isinstance(schema, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        for k, v in value.items():
+            sub = props.get(k, extra if isinstance(extra, dict) else None)
+            if sub:
+                _list_maps(sub, v, f"{path}.{k}" if path else k, errors)
+
+
+def _label_errors(labels, path: str) -> list[str]:
+    errs = []
+    for k, v in (labels or {}).items():
+        prefix, _, name = str(k).rpartition("/")
+        if (prefix and not _DNS_SUBDOMAIN.match(prefix)) or not _LABEL_NAME.match(name) or len(name) > 63:
+            errs.append(f"{path}: Invalid value: {k!r}: name part must consist of alphanumeric characters, '-', '_' or '.'")
+        if len(str(v)) > 63 or (v and not _LABEL_NAME.match(str(v))):
+            errs.append(f"{path}: Invalid value: {v!r}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.'")
+    return errs
+
+
+def validate_raycluster(obj) -> list[str]:
+    """Errors Kubernetes (strict field validation) would report for this RayCluster; [] if valid."""
+    errors = [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+              for e in sorted(_crd_validator().iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))]
+    if not isinstance(obj, dict):
+        return errors or ["body is not an object"]
+    if obj.get("apiVersion") != "ray.io/v1" or obj.get("kind") != "RayCluster":
+        errors.append(f"apiVersion/kind: expected ray.io/v1 RayCluster, got {obj.get('apiVersion')}/{obj.get('kind')}")
+    md = obj.get("metadata")
+    errors += [f"metadata.{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in jsonschema.Draft7Validator(_OBJECT_META).iter_errors(md)]
+    if isinstance(md, dict):
+        name = md.get("name") or ""
+        if not _DNS_LABEL.match(name) or len(name) > 63:
+            errors.append(f"metadata.name: Invalid value: {name!r}: must be a DNS-1123 label of at most 63 characters")
+        errors += _label_errors(md.get("labels"), "metadata.labels")
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    templates = [("spec.headGroupSpec.template", (spec.get("headGroupSpec") or {}).get("template"))]
+    templates += [(f"spec.workerGroupSpecs[{i}].template", (g or {}).get("template")) for i, g in enumerate(spec.get("workerGroupSpecs") or [])]
+    for path, t in templates:
+        if isinstance(t, dict):
+            errors += _label_errors((t.get("metadata") or {}).get("labels"), f"{path}.metadata.labels")
+    _list_maps(crd_schema(), obj, "", errors)
+    return errors
+
+
+def _swagger_defs(filename: str) -> dict:
+    doc = json.loads((SPECS / filename).read_text())
+    return _strict(doc["definitions"], drop_read_only=True)
+
+
+@functools.lru_cache(maxsize=None)
+def swagger_validator(filename: str, definition: str) -> jsonschema.Draft7Validator:
+    """A validator for one request-body definition of a V1 swagger file ($refs resolved in-file)."""
+    return jsonschema.Draft7Validator({"definitions": _swagger_defs(filename), "$ref": f"#/definitions/{definition}"})
+
+
+def validate_swagger(filename: str, definition: str, body) -> list[str]:
+    v = swagger_validator(filename, definition)
+    return [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in v.iter_errors(body)]
+
+
+# -- the server ------------------------------------------------------------------------------------
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: dict
+    headers: dict
+    body: object
+    status: int = 0  # the answer's status, once sent
+
+
+@dataclass
+class Fault:
+    status: int
+    count: int
+    method: str | None
+    path: str | None
+    after: bool
+    retry_after: str | None
+    message: str
+
+
+@dataclass
+class _Cluster:
+    version: str  # "v2" | "v1"
+    obj: dict  # V2: the RayCluster; V1: the Cluster message
+    polls: int = 0
+    probes_after_ready: int = 0
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+_RAY_JOB_FIELDS = {"entrypoint", "submission_id", "job_id", "runtime_env", "metadata", "entrypoint_num_cpus",
+                   "entrypoint_num_gpus", "entrypoint_memory", "entrypoint_resources", "entrypoint_label_selector"}
+_GRPC_HTTP = {3: 400, 5: 404, 6: 409, 2: 500, 16: 401, 7: 403}
+
+
+class _Reply(Exception):
+    def __init__(self, status: int, body, content_type: str = "application/json", headers: dict | None = None):
+        self.status, self.body, self.content_type, self.headers = status, body, content_type, headers or {}
+
+
+def _k8s_status(code: int, reason: str, message: str, details: dict | None = None) -> _Reply:
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "code": code}
+    if details:
+        body["details"] = details
+    return _Reply(code, body)
+
+
+def _grpc(code: int, message: str) -> _Reply:
+    return _Reply(_GRPC_HTTP.get(code, 500), {"code": code, "message": message, "details": []})
+
+
+class FakeKubeRay:
+    def __init__(self, *, ready_after: int = 2, dashboard_lag: int = 2, job_steps: int = 2, token: str | None = None,
+                 forbid: tuple = (), ray_version: str = "2.60.0"):
+        self.ready_after, self.dashboard_lag, self.job_steps = ready_after, dashboard_lag, job_steps
+        self.token, self.forbid, self.ray_version = token, set(forbid), ray_version
+        self.requests: list[Recorded] = []
+        self.faults: list[Fault] = []
+        self.clusters: dict[tuple[str, str], _Cluster] = {}
+        self.templates: dict[tuple[str, str], dict] = {}
+        self.jobs: dict[tuple[str, str, str], dict] = {}
+        self.lock = threading.RLock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def start(self) -> FakeKubeRay:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as two writes: no 40 ms delayed-ACK stalls
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _handle(self):
+                fake._serve(self)
+
+            do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _handle
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> FakeKubeRay:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        assert self._httpd, "not started"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def fail_next(self, status: int = 503, count: int = 1, method: str | None = None, path: str | None = None,
+                  after: bool = False, retry_after: str | None = None, message: str = "injected failure") -> None:
+        """The next ``count`` matching requests answer ``status`` (``after``: once they took effect)."""
+        with self.lock:
+            self.faults.append(Fault(status, count, method, path, after, retry_after, message))
+
+    def calls(self, method: str | None = None, contains: str = "") -> list[Recorded]:
+        return [r for r in self.requests if (method is None or r.method == method) and contains in r.path]
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    def _fault(self, method: str, path: str, after: bool) -> Fault | None:
+        with self.lock:
+            for f in self.faults:
+                if f.count > 0 and f.after == after and (f.method in (None, method)) and (f.path is None or f.path in path):
+                    f.count -= 1
+                    return f
+        return None
+
+    def _serve(self, h: BaseHTTPRequestHandler) -> None:
+        parts = urlsplit(h.path)
+        path, query = unquote(parts.path), {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        raw = h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+        rec = Recorded(h.command, path, query, {k.lower(): v for k, v in h.headers.items()}, body)
+        with self.lock:
+            self.requests.append(rec)
+        try:
+            f = self._fault(h.command, path, after=False)
+            if f:
+                raise self._fault_reply(f)
+            if self.token is not None and h.headers.get("Authorization") != f"Bearer {self.token}":
+                raise _k8s_status(401, "Unauthorized", "Unauthorized")
+            m = re.match(r"^/apis?/(?:ray\.io/)?v1/namespaces/([^/]+)/", path)
+            if m and m.group(1) in self.forbid:
+                raise _k8s_status(403, "Forbidden", f'User "system:serviceaccount:test:prepline" cannot access namespace "{m.group(1)}"')
+            if isinstance(body, str):
+                raise _k8s_status(400, "BadRequest", "the request body is not JSON")
+            reply = self._route(h.command, path, query, body)
+            f = self._fault(h.command, path, after=True)
+            if f:
+                raise self._fault_reply(f)
+        except _Reply as r:
+            reply = r
+        rec.status = reply.status
+        data = reply.body if isinstance(reply.body, (bytes, str)) else json.dumps(reply.body)
+        data = data.encode() if isinstance(data, str) else data
+        h.send_response(reply.status)
+        h.send_header("Content-Type", reply.content_type)
+        h.send_header("Content-Length", str(len(data)))
+        for k, v in reply.headers.items():
+            h.send_header(k, v)
+        h.end_headers()
+        h.wfile.write(data)
+
+    @staticmethod
+    def _fault_reply(f: Fault) -> _Reply:
+        r = _k8s_status(f.status, "ServiceUnavailable" if f.status == 503 else "InternalError", f.message)
+        if f.retry_after:
+            r.headers["Retry-After"] = f.retry_after
+        return r
+
+    def _route(self, method: str, path: str, q: dict, body) -> _Reply:
+        routes = [
+            (r"^/apis/ray\.io/v1/namespaces/([^/]+)/rayclusters$", {"POST": self._v2_create, "GET": self._v2_list}),
+            (r"^/apis/ray\.io/v1/namespaces/([^/]+)/rayclusters/([^/]+)$", {"GET": self._v2_get, "DELETE": self._v2_delete}),
+            (r"^/api/v1/namespaces/([^/]+)/services/([^/:]+)(?::([^/]+))?/proxy(/.*)?$", {m: functools.partial(self._proxy, m) for m in ("GET", "POST", "DELETE")}),
+            (r"^/apis/v1/namespaces/([^/]+)/compute_templates$", {"POST": self._v1_tpl_create, "GET": self._v1_tpl_list}),
+            (r"^/apis/v1/namespaces/([^/]+)/compute_templates/([^/]+)$", {"GET": self._v1_tpl_get, "DELETE": self._v1_tpl_delete}),
+            (r"^/apis/v1/namespaces/([^/]+)/clusters$", {"POST": self._v1_create, "GET": self._v1_list}),
+            (r"^/apis/v1/namespaces/([^/]+)/clusters/([^/]+)$", {"GET": self._v1_get, "DELETE": self._v1_delete}),
+            (r"^/apis/v1/namespaces/([^/]+)/jobsubmissions/([^/]+)$", {"POST": self._v1_job_submit, "GET": self._v1_job_list}),
+            (r"^/apis/v1/namespaces/([^/]+)/jobsubmissions/([^/]+)/log/([^/]+)$", {"GET": self._v1_job_log}),
+            (r"^/apis/v1/namespaces/([^/]+)/jobsubmissions/([^/]+)/([^/]+)$", {"GET": self._v1_job_get, "POST": self._v1_job_stop}),
+        ]
+        for pattern, handlers in routes:
+            m = re.match(pattern, path)
+            if m:
+                if method not in handlers:
+                    raise _k8s_status(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+                with self.lock:
+                    return handlers[method](*m.groups(), q=q, body=body)
+        raise _k8s_status(404, "NotFound", f"the server could not find the requested resource ({method} {path})")
+
+    # -- cluster state ----------------------------------------------------------------------------
+    def _state(self, c: _Cluster, name: str) -> tuple[str, str]:
+        """(state, reason) after this many polls: '' (no status yet), 'pending', 'ready', 'failed'."""
+        if c.polls <= 1:
+            return "", ""
+        if c.polls <= self.ready_after:
+            return "pending", ""
+        if "broken" in name:
+            return "failed", 'head Pod failed: container "ray-head" ErrImagePull: image "does-not-exist" not found'
+        return "ready", ""
+
+    def _poll(self, c: _Cluster, name: str) -> tuple[str, str]:
+        c.polls += 1
+        return self._state(c, name)
+
+    def _dashboard_up(self, ns: str, name: str) -> None:
+        """Raise the answer the service proxy gives while the dashboard cannot serve."""
+        c = self.clusters.get((ns, name))
+        if c is None:
+            raise _k8s_status(404, "NotFound", f'services "{name}-head-svc" not found', {"name": f"{name}-head-svc", "kind": "services"})
+        state, _ = self._state(c, name)
+        if state != "ready":
+            raise _k8s_status(503, "ServiceUnavailable", f'no endpoints available for service "{name}-head-svc"')
+        c.probes_after_ready += 1
+        if c.probes_after_ready <= self.dashboard_lag:
+            raise _k8s_status(503, "ServiceUnavailable", "error trying to reach service: dial tcp 10.0.0.7:8265: connect: connection refused")
+
+    # -- V2 -----------------------------------------------------------------------------------------
+    def _v2_view(self, c: _Cluster, name: str, advance: bool) -> dict:
+        state, reason = self._poll(c, name) if advance else self._state(c, name)
+        obj = copy.deepcopy(c.obj)
+        if c.polls >= 1 or not advance:
+            status: dict = {}
+            if state in ("pending", "ready", "failed"):
+                ready = state == "ready"
+                status["conditions"] = [{"type": "HeadPodReady", "status": "True" if ready else "False",
+                                         "reason": "HeadPodRunningAndReady" if ready else "ContainersNotReady",
+                                         "message": reason or ("" if ready else "containers with unready status: [ray-head]")}]
+            if state in ("ready", "failed"):
+                status["state"] = state
+            if reason:
+                status["reason"] = reason
+            if status:
+                obj["status"] = status
+        return obj
+
+    def _v2_create(self, ns: str, q: dict, body) -> _Reply:
+        errors = validate_raycluster(body)
+        name = (body.get("metadata") or {}).get("name", "") if isinstance(body, dict) else ""
+        if errors:
+            raise _k8s_status(422, "Invalid", f'RayCluster.ray.io "{name}" is invalid: ' + ", ".join(errors),
+                              {"name": name, "group": "ray.io", "kind": "RayCluster", "causes": [{"message": e} for e in errors]})
+        if body["metadata"].get("namespace", ns) != ns:
+            raise _k8s_status(400, "BadRequest", "the namespace of the provided object does not match the namespace sent on the request")
+        if (ns, name) in self.clusters:
+            raise _k8s_status(409, "AlreadyExists", f'rayclusters.ray.io "{name}" already exists', {"name": name, "group": "ray.io", "kind": "rayclusters"})
+        obj = copy.deepcopy(body)
+        c = _Cluster("v2", obj)
+        obj["metadata"].update(namespace=ns, uid=str(uuid.uuid4()), resourceVersion="1", generation=1, creationTimestamp=c.created)
+        self.clusters[(ns, name)] = c
+        return _Reply(201, obj)
+
+    def _v2_find(self, ns: str, name: str) -> _Cluster:
+        c = self.clusters.get((ns, name))
+        if c is None or c.version != "v2":
+            raise _k8s_status(404, "NotFound", f'rayclusters.ray.io "{name}" not found', {"name": name, "group": "ray.io", "kind": "rayclusters"})
+        return c
+
+    def _v2_get(self, ns: str, name: str, q: dict, body) -> _Reply:
+        return _Reply(200, self._v2_view(self._v2_find(ns, name), name, advance=True))
+
+    def _v2_delete(self, ns: str, name: str, q: dict, body) -> _Reply:
+        c = self._v2_find(ns, name)
+        del self.clusters[(ns, name)]
+        self._drop_jobs(ns, name)
+        return _Reply(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                            "details": {"name": name, "group": "ray.io", "kind": "rayclusters", "uid": c.obj["metadata"]["uid"]}})
+
+    @staticmethod
+    def _selector(sel: str):
+        terms = []
+        for t in filter(None, (s.strip() for s in sel.split(","))):
+            m = re.match(r"^([^!=]+?)\s*(==|=|!=)\s*(.*)$", t)
+            if m:
+                terms.append((m.group(1), m.group(2), m.group(3)))
+            elif t.startswith("!"):
+                terms.append((t[1:], "!exists", ""))
+            else:
+                terms.append((t, "exists", ""))
+
+        def match(labels: dict) -> bool:
+            for k, op, v in terms:
+                if (op in ("=", "==") and labels.get(k) != v) or (op == "!=" and labels.get(k) == v) \
+                        or (op == "exists" and k not in labels) or (op == "!exists" and k in labels):
+                    return False
+            return True
+        return match
+
+    def _v2_list(self, ns: str, q: dict, body) -> _Reply:
+        match = self._selector(q.get("labelSelector", ""))
+        items = [self._v2_view(c, n, advance=False) for (cns, n), c in sorted(self.clusters.items())
+                 if cns == ns and c.version == "v2" and match(c.obj["metadata"].get("labels") or {})]
+        start, limit = int(q.get("continue") or 0), int(q.get("limit") or 0) or len(items) or 1
+        page = items[start:start + limit]
+        md = {"resourceVersion": "1"}
+        if start + limit < len(items):
+            md["continue"] = str(start + limit)
+        return _Reply(200, {"apiVersion": "ray.io/v1", "kind": "RayClusterList", "metadata": md, "items": page})
+
+    # -- the dashboard behind the service proxy ------------------------------------------------------
+    def _proxy(self, method: str, ns: str, service: str, port: str | None, rest: str | None, q: dict, body) -> _Reply:
+        name = service[: -len("-head-svc")] if service.endswith("-head-svc") else None
+        if name is None or (ns, name) not in self.clusters:
+            raise _k8s_status(404, "NotFound", f'services "{service}" not found', {"name": service, "kind": "services"})
+        if port not in ("8265", "dashboard"):
+            raise _k8s_status(503, "ServiceUnavailable", f'no endpoints available for service "{service}:{port}"')
+        self._dashboard_up(ns, name)
+        rest = rest or "/"
+        if rest == "/api/version" and method == "GET":
+            return _Reply(200, {"version": "4", "ray_version": self._ray_version(ns, name), "ray_commit": "fake", "session_name": "fake"})
+        if rest == "/api/jobs/" and method == "POST":
+            return self._ray_submit(ns, name, body)
+        if rest == "/api/jobs/" and method == "GET":
+            return _Reply(200, [self._ray_job_view(j, advance=False) for (jns, jc, _), j in self.jobs.items() if (jns, jc) == (ns, name)])
+        m = re.match(r"^/api/jobs/([^/]+)(/logs|/stop)?$", rest)
+        if m:
+            job = self.jobs.get((ns, name, m.group(1)))
+            if job is None:
+                raise _Reply(404, f"Job {m.group(1)} does not exist", "text/plain")
+            if m.group(2) is None and method == "GET":
+                return _Reply(200, self._ray_job_view(job, advance=True))
+            if m.group(2) == "/logs" and method == "GET":
+                return _Reply(200, {"logs": job["logs"]})
+            if m.group(2) == "/stop" and method == "POST":
+                stopped = job["status"] in ("PENDING", "RUNNING")
+                if stopped:
+                    job.update(status="STOPPED", message="Job was intentionally stopped.", end_time=int(time.time() * 1000))
+                return _Reply(200, {"stopped": stopped})
+        raise _Reply(404, "404: Not Found", "text/plain")
+
+    def _ray_version(self, ns: str, name: str) -> str:
+        c = self.clusters[(ns, name)]
+        return c.obj.get("spec", {}).get("rayVersion") or c.obj.get("version") or self.ray_version
+
+    def _ray_submit(self, ns: str, name: str, body) -> _Reply:
+        if not isinstance(body, dict) or not isinstance(body.get("entrypoint"), str) or set(body) - _RAY_JOB_FIELDS:
+            bad = sorted(set(body) - _RAY_JOB_FIELDS) if isinstance(body, dict) else body
+            raise _Reply(400, f"Traceback (most recent call last):\nTypeError: JobSubmitRequest: bad request {bad!r}", "text/plain")
+        if body.get("runtime_env") is not None and not isinstance(body["runtime_env"], dict):
+            raise _Reply(400, "Traceback (most recent call last):\nTypeError: runtime_env must be a dict", "text/plain")
+        sid = body.get("submission_id") or f"raysubmit_{uuid.uuid4().hex[:16]}"
+        if (ns, name, sid) in self.jobs:
+            raise _Reply(400, "Traceback (most recent call last):\n  File \"job_manager.py\", line 554\n"
+                              f"ValueError: Job with submission_id {sid} already exists. Please use a different submission_id.", "text/plain")
+        self.jobs[(ns, name, sid)] = {"type": "SUBMISSION", "job_id": None, "submission_id": sid, "status": "PENDING",
+                                      "entrypoint": body["entrypoint"], "message": "Job has not started yet.", "error_type": None,
+                                      "start_time": int(time.time() * 1000), "end_time": None, "metadata": body.get("metadata") or {},
+                                      "runtime_env": body.get("runtime_env") or {}, "driver_info": None,
+                                      "entrypoint_num_cpus": body.get("entrypoint_num_cpus"), "logs": "", "reads": 0}
+        return _Reply(200, {"job_id": sid, "submission_id": sid})
+
+    def _advance_job(self, job: dict) -> None:
+        if job["status"] in ("SUCCEEDED", "FAILED", "STOPPED"):
+            return
+        job["reads"] += 1
+        ep = job["entrypoint"]
+        if job["reads"] <= 1:  # the first read still sees PENDING
+            return
+        if job["status"] == "PENDING":
+            job.update(status="RUNNING", message="Job is currently running.", job_id="02000000", logs=f"running: {ep}\n")
+        if "hang" in ep or job["reads"] <= 1 + self.job_steps:
+            return
+        if "fail" in ep:
+            tb = ("Traceback (most recent call last):\n  File \"job.py\", line 3, in <module>\n"
+                  "    raise RuntimeError('boom: the job failed on purpose')\nRuntimeError: boom: the job failed on purpose\n")
+            job.update(status="FAILED", error_type="JOB_ENTRYPOINT_COMMAND_ERROR", logs=job["logs"] + tb,
+                       message="Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\n" + tb)
+        else:
+            job.update(status="SUCCEEDED", message="Job finished successfully.", logs=job["logs"] + f"done: {ep}\n")
+        job["end_time"] = int(time.time() * 1000)
+
+    def _ray_job_view(self, job: dict, advance: bool) -> dict:
+        if advance:
+            self._advance_job(job)
+        return {k: v for k, v in job.items() if k not in ("logs", "reads")}
+
+    def _drop_jobs(self, ns: str, name: str) -> None:
+        for key in [k for k in self.jobs if k[:2] == (ns, name)]:
+            del self.jobs[key]
+
+    # -- V1 -----------------------------------------------------------------------------------------
+    def _v1_invalid(self, filename: str, definition: str, body) -> None:
+        errors = validate_swagger(filename, definition, body)
+        if errors:
+            raise _grpc(3, f"proto: invalid {definition}: " + "; ".join(errors))
+
+    def _v1_tpl_create(self, ns: str, q: dict, body) -> _Reply:
+        self._v1_invalid("config.swagger.json", "protoComputeTemplate", body)
+        if body.get("namespace") != ns:
+            raise _grpc(3, "The namespace in the request is different from the namespace defined in the compute template.")
+        if not body.get("cpu"):
+            raise _grpc(3, "Cpu amount is zero. Please specify a valid value.")
+        if not body.get("memory"):
+            raise _grpc(3, "Memory amount is zero. Please specify a valid value.")
+        if (ns, body["name"]) in self.templates:
+            raise _grpc(6, f"Compute template {body['name']} already exists in namespace {ns}")
+        # the server answers int64 fields as strings (protojson)
+        stored = {**body, **{k: str(body[k]) for k in ("cpu", "memory", "gpu") if k in body}}
+        self.templates[(ns, body["name"])] = stored
+        return _Reply(200, stored)
+
+    def _v1_tpl_list(self, ns: str, q: dict, body) -> _Reply:
+        return _Reply(200, {"computeTemplates": [t for (tns, _), t in sorted(self.templates.items()) if tns == ns]})
+
+    def _v1_tpl_get(self, ns: str, name: str, q: dict, body) -> _Reply:
+        if (ns, name) not in self.templates:
+            raise _grpc(5, f"Compute template {name} not found in namespace {ns}")
+        return _Reply(200, self.templates[(ns, name)])
+
+    def _v1_tpl_delete(self, ns: str, name: str, q: dict, body) -> _Reply:
+        if self.templates.pop((ns, name), None) is None:
+            raise _grpc(5, f"Compute template {name} not found in namespace {ns}")
+        return _Reply(200, {})
+
+    def _v1_create(self, ns: str, q: dict, body) -> _Reply:
+        self._v1_invalid("cluster.swagger.json", "protoCluster", body)
+        cs = body["clusterSpec"]
+        head = cs["headGroupSpec"]
+        if not head.get("computeTemplate"):
+            raise _grpc(3, "HeadGroupSpec compute template is empty. Please specify a valid value.")
+        if not head.get("rayStartParams"):
+            raise _grpc(3, "HeadGroupSpec RayStartParams is empty. Please specify values.")
+        for i, w in enumerate(cs.get("workerGroupSpec") or []):
+            if not w.get("maxReplicas"):
+                raise _grpc(3, f"WorkerNodeSpec {i} MaxReplicas can not be 0. Please specify a valid value.")
+            if w.get("minReplicas", 0) > w["maxReplicas"]:
+                raise _grpc(3, f"WorkerNodeSpec {i} MinReplica > MaxReplicas. Please specify a valid value.")
+        if body.get("namespace") != ns:
+            raise _grpc(3, "The namespace in the request is different from the namespace defined in the cluster.")
+        for t in [head["computeTemplate"]] + [w["computeTemplate"] for w in cs.get("workerGroupSpec") or []]:
+            if (ns, t) not in self.templates:
+                raise _grpc(5, f"Compute template {t} not found in namespace {ns}")
+        if (ns, body["name"]) in self.clusters:
+            raise _grpc(6, f"Cluster {body['name']} already exists in namespace {ns}")
+        c = _Cluster("v1", copy.deepcopy(body))
+        self.clusters[(ns, body["name"])] = c
+        return _Reply(200, self._v1_view(c, body["name"], advance=False))
+
+    def _v1_view(self, c: _Cluster, name: str, advance: bool) -> dict:
+        state, reason = self._poll(c, name) if advance else self._state(c, name)
+        obj = {**copy.deepcopy(c.obj), "createdAt": c.created,
+               "serviceEndpoint": {"dashboard": "8265", "head": "10001"}}
+        if state in ("ready", "failed"):
+            obj["clusterState"] = state
+        if state == "failed":
+            obj["events"] = [{"id": "1", "name": f"{name}-head.1", "reason": "Failed", "message": reason, "type": "Warning", "count": 3}]
+        return obj
+
+    def _v1_find(self, ns: str, name: str) -> _Cluster:
+        c = self.clusters.get((ns, name))
+        if c is None or c.version != "v1":
+            raise _grpc(5, f"Cluster {name} not found in namespace {ns}")
+        return c
+
+    def _v1_get(self, ns: str, name: str, q: dict, body) -> _Reply:
+        return _Reply(200, self._v1_view(self._v1_find(ns, name), name, advance=True))
+
+    def _v1_delete(self, ns: str, name: str, q: dict, body) -> _Reply:
+        self._v1_find(ns, name)
+        del self.clusters[(ns, name)]
+        self._drop_jobs(ns, name)
+        return _Reply(200, {})
+
+    def _v1_list(self, ns: str, q: dict, body) -> _Reply:
+        items = [self._v1_view(c, n, advance=False) for (cns, n), c in sorted(self.clusters.items()) if cns == ns and c.version == "v1"]
+        start, limit = int(q.get("continue") or 0), int(q.get("limit") or 0) or len(items) or 1
+        reply = {"clusters": items[start:start + limit]}
+        if start + limit < len(items):
+            reply["continue"] = str(start + limit)
+        return _Reply(200, reply)
+
+    def _v1_dashboard(self, ns: str, name: str) -> None:
+        c = self._v1_find(ns, name)
+        if self._state(c, name)[0] != "ready":
+            raise _grpc(2, "cluster is not ready")
+        try:
+            self._dashboard_up(ns, name)
+        except _Reply as e:
+            raise _grpc(2, f"Post \"http://{name}-head-svc.{ns}.svc.cluster.local:8265/api/jobs/\": {e.body['message']}") from None
+
+    def _v1_job_submit(self, ns: str, name: str, q: dict, body) -> _Reply:
+        self._v1_invalid("job_submission.swagger.json", "protoRayJobSubmission", body)
+        self._v1_dashboard(ns, name)
+        ray_body = {"entrypoint": body["entrypoint"]}
+        if body.get("submissionId"):
+            ray_body["submission_id"] = body["submissionId"]
+        if body.get("runtimeEnv"):
+            try:
+                env = yaml.safe_load(body["runtimeEnv"])
+            except yaml.YAMLError as e:
+                raise _grpc(2, f"error converting YAML to JSON: {e}") from None
+            if not isinstance(env, dict):
+                raise _grpc(2, "json: cannot unmarshal runtimeEnv into Go value of type map[string]interface {}")
+            ray_body["runtime_env"] = env
+        if body.get("entrypointNumCpus"):
+            ray_body["entrypoint_num_cpus"] = body["entrypointNumCpus"]
+        try:
+            reply = self._ray_submit(ns, name, ray_body)
+        except _Reply as e:  # the dashboard's answer comes back as a gRPC Unknown error
+            raise _grpc(2, f"SubmitJob fail: {e.status} {e.body}") from None
+        return _Reply(200, {"submissionId": reply.body["submission_id"]})
+
+    def _v1_job_view(self, job: dict) -> dict:
+        out = {"entrypoint": job["entrypoint"], "jobId": job["job_id"] or "", "submissionId": job["submission_id"],
+               "status": job["status"], "message": job["message"], "startTime": str(job["start_time"])}
+        if job["error_type"]:
+            out["errorType"] = job["error_type"]
+        if job["end_time"]:
+            out["endTime"] = str(job["end_time"])
+        if job["runtime_env"]:
+            out["runtimeEnv"] = {k: str(v) for k, v in job["runtime_env"].items()}
+        return out
+
+    def _v1_job(self, ns: str, name: str, sid: str) -> dict:
+        self._v1_dashboard(ns, name)
+        job = self.jobs.get((ns, name, sid))
+        if job is None:
+            raise _grpc(5, f"JobSubmission.RayJob \"{sid}\" not found")
+        return job
+
+    def _v1_job_list(self, ns: str, name: str, q: dict, body) -> _Reply:
+        self._v1_dashboard(ns, name)
+        return _Reply(200, {"submissions": [self._v1_job_view(j) for (jns, jc, _), j in self.jobs.items() if (jns, jc) == (ns, name)]})
+
+    def _v1_job_get(self, ns: str, name: str, sid: str, q: dict, body) -> _Reply:
+        job = self._v1_job(ns, name, sid)
+        self._advance_job(job)
+        return _Reply(200, self._v1_job_view(job))
+
+    def _v1_job_log(self, ns: str, name: str, sid: str, q: dict, body) -> _Reply:
+        return _Reply(200, {"log": self._v1_job(ns, name, sid)["logs"]})
+
+    def _v1_job_stop(self, ns: str, name: str, sid: str, q: dict, body) -> _Reply:
+        job = self._v1_job(ns, name, sid)
+        if job["status"] in ("PENDING", "RUNNING"):
+            job.update(status="STOPPED", message="Job was intentionally stopped.", end_time=int(time.time() * 1000))
+        return _Reply(200, {})

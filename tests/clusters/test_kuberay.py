@@ -1,0 +1,601 @@
+"""The kuberay provider and its HTTP client, against a local fake API server (real HTTP on
+127.0.0.1) that validates every body against the RayCluster CRD / V1 swagger schemas.
+
+Verified against the published specs and this fake only, not against a live KubeRay."""
+
+from __future__ import annotations
+
+import re
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from prepline.clusters import get_provider
+from prepline.clusters.base import LABEL_MANAGED, LABEL_RUN, LABEL_STAGE, ClusterError, ClusterSpec, NodeGroup, cluster_name
+from prepline.clusters.kuberay import (
+    ENV_TOKEN,
+    ClusterFailed,
+    KubeRayAuthError,
+    KubeRayClient,
+    KubeRayNotFound,
+    KubeRayProvider,
+    KubeRayRequestError,
+    KubeRayTimeout,
+    KubeRayUnavailable,
+)
+from prepline.clusters.kuberay_bodies import (
+    check_name,
+    cluster_v1_body,
+    compute_template_bodies,
+    job_submission_v1_body,
+    ray_job_body,
+    raycluster_body,
+)
+from prepline.errors import ConfigError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fake_kuberay import FakeKubeRay, validate_raycluster, validate_swagger  # noqa: E402
+
+IMAGE = "registry.example.com/prepline-ray:0.1.0"
+VERSIONS = ["v2", "v1"]
+
+
+@pytest.fixture
+def fake():
+    with FakeKubeRay() as f:
+        yield f
+
+
+def make_provider(fake: FakeKubeRay, api_version: str = "v2", **kw) -> KubeRayProvider:
+    opts = {"poll_interval": 0.01, "backoff": 0.01, "backoff_max": 0.05, "timeout": 5, "connect_timeout": 2, **kw}
+    return KubeRayProvider(fake.url, api_version=api_version, **opts)
+
+
+def make_spec(name: str = "pl-doc-id-en-1", **kw) -> ClusterSpec:
+    kw.setdefault("image", IMAGE)
+    kw.setdefault("labels", {LABEL_RUN: "run-1", LABEL_STAGE: "doc_id"})
+    return ClusterSpec(name=name, **kw)
+
+
+def wait_job(p: KubeRayProvider, name: str, job_id: str, limit: int = 50) -> list[str]:
+    seen = []
+    for _ in range(limit):
+        s = p.job(name, None, job_id).status
+        if not seen or seen[-1] != s:
+            seen.append(s)
+        if s in ("SUCCEEDED", "FAILED", "STOPPED"):
+            return seen
+    raise AssertionError(f"job never finished: {seen}")
+
+
+# -- the whole life of a cluster -------------------------------------------------------------------
+@pytest.mark.parametrize("version", VERSIONS)
+def test_lifecycle_create_wait_submit_logs_delete(fake, version):
+    p = make_provider(fake, version)
+    spec = make_spec()
+    info = p.create(spec)
+    assert (info.name, info.namespace, info.state) == (spec.name, "default", "pending")
+    assert info.job_address == f"{fake.url}/api/v1/namespaces/default/services/{spec.name}-head-svc:8265/proxy"
+
+    ready = p.wait_ready(spec.name, "default", timeout=10)
+    assert ready.state == "ready" and ready.labels[LABEL_RUN] == "run-1" and ready.labels[LABEL_MANAGED] == "true"
+    # the dashboard lagged: it was probed until it answered, and only once the state was ready
+    probe = "/proxy/api/version" if version == "v2" else f"/jobsubmissions/{spec.name}"
+    probes = [i for i, r in enumerate(fake.requests) if r.method == "GET" and r.path.endswith(probe)]
+    polls = [i for i, r in enumerate(fake.requests) if r.method == "GET" and r.path.endswith(f"/{spec.name}") and "jobsub" not in r.path]
+    assert len(probes) == fake.dashboard_lag + 1
+    assert len(polls) == fake.ready_after + 1 and min(probes) > max(polls)
+
+    job_id = p.submit_job(spec.name, "default", "python -m prepline.runtime.ray --stage doc_id",
+                          runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}}, entrypoint_num_cpus=0.5)
+    assert job_id.startswith("prepline-")
+    sent = fake.calls("POST", "/api/jobs/" if version == "v2" else "/jobsubmissions/")[-1].body
+    if version == "v2":
+        assert sent["runtime_env"] == {"env_vars": {"HF_HUB_OFFLINE": "1"}} and sent["entrypoint_num_cpus"] == 0.5
+    else:  # V1: the runtime env travels as a YAML string
+        assert isinstance(sent["runtimeEnv"], str) and yaml.safe_load(sent["runtimeEnv"]) == {"env_vars": {"HF_HUB_OFFLINE": "1"}}
+        assert sent["entrypointNumCpus"] == 0.5 and sent["submissionId"] == job_id
+
+    assert wait_job(p, spec.name, job_id) == ["PENDING", "RUNNING", "SUCCEEDED"]
+    assert "done: python -m prepline.runtime.ray" in p.job_logs(spec.name, "default", job_id)
+    assert [c.name for c in p.list("default", {LABEL_RUN: "run-1"})] == [spec.name]
+
+    assert p.delete(spec.name, "default") is True
+    assert ("default", spec.name) not in fake.clusters
+    assert not fake.templates  # V1: the cluster's compute templates went with it
+    assert p.delete(spec.name, "default") is False
+    with pytest.raises(ClusterError, match="does not exist"):
+        p.wait_ready(spec.name, timeout=1)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_create_is_idempotent_and_refuses_foreign_objects(fake, version):
+    p = make_provider(fake, version)
+    a = p.create(make_spec())
+    b = p.create(make_spec())  # a retried start step
+    assert a.name == b.name and len(fake.clusters) == 1
+    if version == "v2":
+        assert [r.status for r in fake.calls("POST", "/rayclusters")] == [201, 409]
+    else:
+        assert [r.status for r in fake.calls("POST", "/compute_templates")] == [200, 200, 409, 409]
+        assert [r.status for r in fake.calls("POST", "/clusters")] == [200, 409]
+
+    if version == "v2":  # someone else's RayCluster of that name is never adopted
+        body = raycluster_body(make_spec("pl-foreign"))
+        del body["metadata"]["labels"][LABEL_MANAGED]
+        p.client.create_raycluster(body)
+        with pytest.raises(ClusterError, match="not created by prepline"):
+            p.create(make_spec("pl-foreign"))
+    else:  # a stale compute template with other resources is not silently reused
+        t = compute_template_bodies(make_spec("pl-stale"))[0]
+        p.client.create_compute_template({**t, "cpu": 7})
+        with pytest.raises(ClusterError, match="exists with other resources"):
+            p.create(make_spec("pl-stale"))
+        assert ("default", "pl-stale") not in fake.clusters
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_failed_cluster_raises_with_the_reason(fake, version):
+    p = make_provider(fake, version)
+    p.create(make_spec("pl-broken-1"))
+    with pytest.raises(ClusterFailed) as e:
+        p.wait_ready("pl-broken-1", timeout=10)
+    assert "ErrImagePull" in str(e.value) and "pl-broken-1" in str(e.value) and e.value.fix
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_failing_job_is_failed_with_its_logs(fake, version):
+    p = make_provider(fake, version)
+    p.create(make_spec())
+    p.wait_ready("pl-doc-id-en-1", timeout=10)
+    jid = p.submit_job("pl-doc-id-en-1", None, "python fail_on_purpose.py")
+    assert wait_job(p, "pl-doc-id-en-1", jid)[-1] == "FAILED"
+    info = p.job("pl-doc-id-en-1", None, jid)
+    assert "exit code 1" in info.message
+    assert "RuntimeError: boom" in p.job_logs("pl-doc-id-en-1", None, jid)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_stop_job(fake, version):
+    p = make_provider(fake, version)
+    p.create(make_spec())
+    p.wait_ready("pl-doc-id-en-1", timeout=10)
+    jid = p.submit_job("pl-doc-id-en-1", None, "python hang_forever.py", submission_id="my-job-1")
+    assert jid == "my-job-1"
+    for _ in range(3):
+        p.job("pl-doc-id-en-1", None, jid)
+    assert p.job("pl-doc-id-en-1", None, jid).status == "RUNNING"
+    p.stop_job("pl-doc-id-en-1", None, jid)
+    assert p.job("pl-doc-id-en-1", None, jid).status == "STOPPED"
+    with pytest.raises(KubeRayNotFound):
+        p.job("pl-doc-id-en-1", None, "no-such-job")
+
+
+def test_job_address_works_with_rays_job_submission_client():
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    with FakeKubeRay(token="t0k") as f:
+        p = make_provider(f, token="t0k")
+        info = p.create(make_spec())
+        info = p.wait_ready(info.name, timeout=10)
+        client = JobSubmissionClient(info.job_address, headers=p.client.auth_headers())
+        sid = client.submit_job(entrypoint="python -c 'print(1)'", submission_id="via-ray-client")
+        assert sid == "via-ray-client"
+        for _ in range(10):
+            if client.get_job_status(sid) == JobStatus.SUCCEEDED:
+                break
+        assert client.get_job_status(sid) == JobStatus.SUCCEEDED
+        assert "done: python" in client.get_job_logs(sid)
+        assert p.job(info.name, None, sid).status == "SUCCEEDED"  # and our provider sees the same job
+
+
+# -- retries, errors, auth -------------------------------------------------------------------------
+def test_retries_transient_503_then_succeeds(fake):
+    fake.fail_next(503, count=2, method="POST", path="/rayclusters")
+    p = make_provider(fake)
+    assert p.create(make_spec()).name == "pl-doc-id-en-1"
+    assert len(fake.calls("POST", "/rayclusters")) == 3 and len(fake.clusters) == 1
+
+
+def test_honours_retry_after_on_429(fake):
+    p = make_provider(fake, backoff_max=1.0)
+    p.create(make_spec())
+    fake.fail_next(429, count=1, method="GET", retry_after="0.3")
+    t = time.monotonic()
+    p.get("pl-doc-id-en-1")
+    assert time.monotonic() - t >= 0.2
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_retry_after_a_lost_answer_does_not_duplicate(fake, version):
+    p = make_provider(fake, version)
+    fake.fail_next(503, method="POST", path="/clusters" if version == "v1" else "/rayclusters", after=True)
+    p.create(make_spec())  # created, answer lost, retried: 409 -> reused
+    assert len(fake.clusters) == 1
+    p.wait_ready("pl-doc-id-en-1", timeout=10)
+    fake.fail_next(503, method="POST", path="/api/jobs/" if version == "v2" else "/jobsubmissions/", after=True)
+    jid = p.submit_job("pl-doc-id-en-1", None, "python job.py")
+    assert [k[2] for k in fake.jobs] == [jid]
+    assert wait_job(p, "pl-doc-id-en-1", jid)[-1] == "SUCCEEDED"
+
+
+def test_bounded_retries_end_in_a_clear_error(fake):
+    fake.fail_next(503, count=100, message="apiserver overloaded")
+    p = make_provider(fake, retries=3)
+    t = time.monotonic()
+    with pytest.raises(KubeRayUnavailable) as e:
+        p.create(make_spec())
+    assert len(fake.requests) == 4 and time.monotonic() - t < 2
+    msg = str(e.value)
+    assert "after 4 attempt(s)" in msg and "HTTP 503" in msg and "apiserver overloaded" in msg
+    assert "PREPLINE_KUBERAY_SERVER" in e.value.fix and e.value.status == 503
+
+
+def test_auth_header_from_param_env_and_rotating_file(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV_TOKEN, raising=False)
+    with FakeKubeRay(token="abc") as f:
+        make_provider(f, token="abc").create(make_spec("pl-a"))
+        monkeypatch.setenv(ENV_TOKEN, "abc")
+        make_provider(f).create(make_spec("pl-b"))
+        monkeypatch.delenv(ENV_TOKEN)
+        tok = tmp_path / "token"
+        tok.write_text("abc\n")
+        p = make_provider(f, token_file=str(tok))
+        p.create(make_spec("pl-c"))
+        f.token = "rotated"  # the service-account token rotates: the file is re-read
+        tok.write_text("rotated")
+        assert p.get("pl-c").name == "pl-c"
+        assert [r.headers["authorization"] for r in f.requests] == ["Bearer abc"] * 3 + ["Bearer rotated"]
+        assert "rotated" not in repr(p.client)
+
+
+def test_401_and_403_are_clear_and_not_retried(monkeypatch):
+    monkeypatch.delenv(ENV_TOKEN, raising=False)
+    with FakeKubeRay(token="right", forbid=("locked",)) as f:
+        with pytest.raises(KubeRayAuthError) as e:
+            make_provider(f).create(make_spec())
+        assert e.value.status == 401 and "no token was sent" in e.value.fix and ENV_TOKEN in e.value.fix
+        assert len(f.requests) == 1
+        with pytest.raises(KubeRayAuthError, match="HTTP 401") as e:
+            make_provider(f, token="wrong").get("pl-x")
+        assert "token was rejected" in e.value.fix
+        with pytest.raises(KubeRayAuthError) as e:
+            make_provider(f, token="right").delete("pl-x", "locked")
+        assert e.value.status == 403 and "RBAC" in e.value.fix
+
+
+def test_unreachable_server_fails_fast_with_a_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    p = KubeRayProvider(f"http://127.0.0.1:{port}", retries=2, backoff=0.05, connect_timeout=1)
+    t = time.monotonic()
+    with pytest.raises(KubeRayUnavailable) as e:
+        p.create(make_spec())
+    assert time.monotonic() - t < 3
+    assert f"127.0.0.1:{port}" in str(e.value) and "after 3 attempt(s)" in str(e.value)
+    assert re.search(r"refused|NewConnectionError", str(e.value)) and e.value.status is None
+
+
+def test_a_server_that_never_answers_times_out():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)  # accepts connections (backlog) but never answers
+    try:
+        p = KubeRayProvider(f"http://127.0.0.1:{srv.getsockname()[1]}", retries=1, backoff=0.01, timeout=0.3)
+        t = time.monotonic()
+        with pytest.raises(KubeRayUnavailable, match="(?i)timeout|timed out"):
+            p.get("pl-x")
+        assert time.monotonic() - t < 3
+    finally:
+        srv.close()
+
+
+def test_delete_missing_is_false_other_failures_raise(fake):
+    p = make_provider(fake, retries=2)
+    assert p.delete("pl-never-created") is False
+    p.create(make_spec())
+    fake.fail_next(500, count=3, method="DELETE", message="etcd timeout")
+    with pytest.raises(KubeRayUnavailable, match="etcd timeout"):
+        p.delete("pl-doc-id-en-1")
+    assert ("default", "pl-doc-id-en-1") in fake.clusters
+    assert p.delete("pl-doc-id-en-1") is True
+
+
+def test_the_server_rejects_invalid_bodies_and_we_show_its_message(fake):
+    client = make_provider(fake).client
+    body = raycluster_body(make_spec())
+    body["spec"]["workerGroupSpecs"][0]["replicas"] = "two"
+    body["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["cpu"] = "1"
+    with pytest.raises(KubeRayRequestError) as e:
+        client.create_raycluster(body)
+    assert e.value.status == 422 and "'two' is not of type 'integer'" in str(e.value)
+    assert "'cpu' was unexpected" in str(e.value) and not fake.clusters
+    with pytest.raises(KubeRayRequestError) as e:  # V1: gRPC-gateway's InvalidArgument
+        client.create_compute_template({"name": "t", "namespace": "default", "cpu": 1, "memory": 2, "mem": 1})
+    assert e.value.status == 400 and "'mem' was unexpected" in str(e.value)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_list_by_labels_for_the_sweep(fake, version):
+    p = make_provider(fake, version)
+    for i in range(5):
+        p.create(make_spec(f"pl-c{i}", labels={LABEL_RUN: "r1" if i < 3 else "r2", LABEL_STAGE: "s"}))
+    if version == "v2":
+        foreign = raycluster_body(make_spec("pl-foreign", labels={LABEL_RUN: "r1"}))
+        del foreign["metadata"]["labels"][LABEL_MANAGED]
+        p.client.create_raycluster(foreign)
+    assert sorted(c.name for c in p.list(labels={LABEL_RUN: "r1"})) == ["pl-c0", "pl-c1", "pl-c2"]
+    assert len(p.list()) == 5 and p.list(labels={LABEL_RUN: "r3"}) == []
+    if version == "v2":
+        q = fake.calls("GET", "/rayclusters")[-1].query
+        assert q["labelSelector"] == f"{LABEL_MANAGED}=true,{LABEL_RUN}=r3"
+        items = p.client.list_rayclusters("default", f"{LABEL_MANAGED}=true", limit=2)
+    else:
+        items = p.client.list_clusters_v1("default", limit=2)
+    assert len(items) == 5 and sum("continue" in r.query for r in fake.requests) == 2  # paginated
+
+
+def test_wait_ready_timeouts_name_what_is_missing():
+    with FakeKubeRay(ready_after=10**6) as f:
+        p = make_provider(f)
+        p.create(make_spec())
+        with pytest.raises(KubeRayTimeout, match="state: pending"):
+            p.wait_ready("pl-doc-id-en-1", timeout=0.2)
+    with FakeKubeRay(dashboard_lag=10**6) as f:
+        p = make_provider(f)
+        p.create(make_spec())
+        with pytest.raises(KubeRayTimeout, match="dashboard did not answer") as e:
+            p.wait_ready("pl-doc-id-en-1", timeout=0.3)
+        assert "connection refused" in str(e.value)
+
+
+def test_configuration_errors():
+    with pytest.raises(ConfigError, match="PREPLINE_KUBERAY_SERVER"):
+        KubeRayClient("")
+    with pytest.raises(ConfigError, match="token file"):
+        KubeRayClient("http://127.0.0.1:1", token_file="/nonexistent/token")
+    with pytest.raises(ConfigError, match="api_version"):
+        KubeRayProvider("http://127.0.0.1:1", api_version="v3")
+    assert isinstance(get_provider("kuberay", server="http://127.0.0.1:1", api_version="v1"), KubeRayProvider)
+
+
+# -- request bodies against the schemas ------------------------------------------------------------
+SPEC_MATRIX = {
+    "default": {},
+    "gpu-workers": {"workers": NodeGroup(cpu="8", memory="30Gi", gpu=2, replicas=2)},
+    "gpu-head": {"head": NodeGroup(cpu="4", memory="16Gi", gpu=1)},
+    "secrets": {"env": {"HF_HUB_OFFLINE": "1", "N": 3},
+                "env_from_secrets": [{"name": "AWS_ACCESS_KEY_ID", "secret": "s3-creds", "key": "access"},
+                                     {"name": "AWS_SECRET_ACCESS_KEY", "secret": "s3-creds", "key": "secret"}]},
+    "whole-secret": {"env_from_secrets": [{"secret": "s3-creds"}]},
+    "tolerations": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                                    {"key": "pool", "operator": "Equal", "value": "ray", "effect": "NoExecute", "tolerationSeconds": 60}],
+                    "node_selector": {"pool": "ray"}},
+    "no-workers": {"workers": NodeGroup(replicas=0)},
+    "autoscaling": {"workers": NodeGroup(cpu="2", memory="4Gi", replicas=1, min_replicas=0, max_replicas=5)},
+    "millicpu": {"head": NodeGroup(cpu="500m", memory="1536Mi")},
+    "pod-options": {"service_account": "prepline-runner", "image_pull_secrets": ["regcred", {"name": "other"}],
+                    "annotations": {"example.com/team": "data", "note": "free text: anything"},
+                    "ray_start_params": {"num-cpus": 0, "block": True, "workers": {"num-cpus": 2}}},
+}
+V1_MATRIX = {k: v for k, v in SPEC_MATRIX.items() if k not in ("whole-secret", "tolerations", "millicpu")}
+V1_MATRIX["tolerations"] = {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+V1_MATRIX["mebibytes"] = {"head": NodeGroup(cpu="1", memory="1536Mi")}
+V1_MATRIX["pod-options"] = {**SPEC_MATRIX["pod-options"], "image_pull_secrets": ["regcred"]}
+
+
+@pytest.mark.parametrize("case", sorted(SPEC_MATRIX))
+def test_raycluster_bodies_validate_against_the_crd(case):
+    spec = make_spec(**SPEC_MATRIX[case])
+    body = raycluster_body(spec)
+    assert validate_raycluster(body) == []
+    head = body["spec"]["headGroupSpec"]
+    c = head["template"]["spec"]["containers"][0]
+    assert head["rayStartParams"]["dashboard-host"] == "0.0.0.0" and c["image"] == IMAGE
+    assert all(isinstance(v, str) for v in head["rayStartParams"].values())
+    assert head["template"]["metadata"]["labels"][LABEL_RUN] == "run-1"
+    assert c["resources"]["requests"] == c["resources"]["limits"]
+    workers = body["spec"].get("workerGroupSpecs", [])
+    if case == "no-workers":
+        assert workers == []
+    else:
+        assert [w["groupName"] for w in workers] == ["workers"]
+    if case == "gpu-workers":
+        assert workers[0]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+        assert "nvidia.com/gpu" not in c["resources"]["limits"] and workers[0]["replicas"] == workers[0]["maxReplicas"] == 2
+    if case == "secrets":
+        env = {e["name"]: e for e in c["env"]}
+        assert env["N"]["value"] == "3" and env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "s3-creds", "key": "secret"}
+    if case == "whole-secret":
+        assert c["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
+    if case == "autoscaling":
+        assert body["spec"]["enableInTreeAutoscaling"] is True and (workers[0]["minReplicas"], workers[0]["maxReplicas"]) == (0, 5)
+    if case == "pod-options":
+        assert head["rayStartParams"] == {"dashboard-host": "0.0.0.0", "num-cpus": "0", "block": "true"}
+        assert workers[0]["rayStartParams"] == {"num-cpus": "2", "block": "true"}
+        assert head["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}, {"name": "other"}]
+
+
+def test_the_crd_validator_is_not_vacuous():
+    body = raycluster_body(make_spec())
+    assert validate_raycluster(body) == []
+
+    def broken(edit):
+        b = yaml.safe_load(yaml.safe_dump(body))
+        edit(b)
+        return validate_raycluster(b)
+
+    assert broken(lambda b: b["spec"].update(bogus=1))  # unknown field
+    assert broken(lambda b: b["spec"]["headGroupSpec"]["rayStartParams"].update({"num-cpus": 1}))  # not a string
+    assert broken(lambda b: b["spec"]["headGroupSpec"].pop("template"))  # required
+    assert broken(lambda b: b["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]["limits"].update(cpu="lots"))
+    assert broken(lambda b: b["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].update(
+        env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]))  # list-map duplicate
+    assert broken(lambda b: b["metadata"]["labels"].update({"x": "not a valid value!"}))
+    assert broken(lambda b: b["metadata"].update(name="Upper_Case"))
+
+
+@pytest.mark.parametrize("case", sorted(V1_MATRIX))
+def test_v1_bodies_validate_against_the_swagger(case):
+    spec = make_spec(**V1_MATRIX[case])
+    templates = compute_template_bodies(spec)
+    for t in templates:
+        assert validate_swagger("config.swagger.json", "protoComputeTemplate", t) == []
+    body = cluster_v1_body(spec)
+    assert validate_swagger("cluster.swagger.json", "protoCluster", body) == []
+    assert body["annotations"][LABEL_RUN] == "run-1" and body["clusterSpec"]["headGroupSpec"]["rayStartParams"]
+    assert len(templates) == (1 if case == "no-workers" else 2)
+    if case == "mebibytes":
+        assert (templates[0]["memory"], templates[0]["memoryUnit"]) == (1536, "Mi")
+    if case == "secrets":
+        env = body["clusterSpec"]["headGroupSpec"]["environment"]
+        assert env["values"] == {"HF_HUB_OFFLINE": "1", "N": "3"}
+        assert env["valuesFrom"]["AWS_ACCESS_KEY_ID"] == {"source": "SECRET", "name": "s3-creds", "key": "access"}
+    job = job_submission_v1_body("python x.py", "id-1", {"pip": ["a"], "env_vars": {"A": "1"}}, 1)
+    assert validate_swagger("job_submission.swagger.json", "protoRayJobSubmission", job) == []
+
+
+def test_the_swagger_validator_is_not_vacuous():
+    t = compute_template_bodies(make_spec())[0]
+    assert validate_swagger("config.swagger.json", "protoComputeTemplate", {**t, "cpus": 1})
+    assert validate_swagger("config.swagger.json", "protoComputeTemplate", {k: v for k, v in t.items() if k != "memory"})
+    body = cluster_v1_body(make_spec())
+    assert validate_swagger("cluster.swagger.json", "protoCluster", {**body, "clusterState": "ready"})  # read-only
+    assert validate_swagger("cluster.swagger.json", "protoCluster", {**body, "version": 2})
+    job = job_submission_v1_body("python x.py", "id-1", {"pip": ["a"]})
+    assert validate_swagger("job_submission.swagger.json", "protoRayJobSubmission", {**job, "runtimeEnv": {"pip": ["a"]}})
+
+
+def test_ray_job_body_is_what_rays_client_accepts():
+    from ray.dashboard.modules.job.common import JobSubmitRequest
+
+    body = ray_job_body("python x.py", "sid-1", {"env_vars": {"A": "1"}}, 2, {"stage": "doc_id"})
+    assert JobSubmitRequest(**body).submission_id == "sid-1"
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"head": NodeGroup(cpu="two")}, "head.cpu"),
+    ({"workers": NodeGroup(memory="4GB")}, "workers.memory"),
+    ({"labels": {LABEL_RUN: "has spaces"}}, "label value"),
+    ({"labels": {"bad key!": "x"}}, "label/annotation key"),
+    ({"env": {"A": "1"}, "env_from_secrets": [{"name": "A", "secret": "s", "key": "k"}]}, "defined twice"),
+    ({"env_from_secrets": [{"name": "A", "secret": "s"}]}, "only one of"),
+    ({"tolerations": [{"key": "a", "operator": "Sometimes"}]}, "operator"),
+    ({"workers": NodeGroup(replicas=3, max_replicas=2)}, "min_replicas <= replicas <= max_replicas"),
+    ({"head": NodeGroup(gpu=-1)}, "head.gpu"),
+    ({"ray_start_params": {"resources": {"a": 1}}}, "scalar"),
+])
+def test_bad_specs_fail_before_any_request(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        raycluster_body(make_spec(**kw))
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"node_selector": {"pool": "ray"}}, "node_selector"),
+    ({"env_from_secrets": [{"secret": "all-keys"}]}, "all keys"),
+    ({"head": NodeGroup(cpu="500m")}, "whole CPUs"),
+    ({"image_pull_secrets": ["a", "b"]}, "at most one"),
+    ({"tolerations": [{"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}]}, "V1"),
+])
+def test_v1_refuses_what_it_cannot_express(fake, kw, match):
+    p = make_provider(fake, "v1")
+    with pytest.raises(ConfigError, match=match):
+        p.create(make_spec(**kw))
+    assert not fake.requests  # nothing half-created
+
+
+def test_names_kuberay_cannot_use_and_the_default_image():
+    with pytest.raises(ConfigError, match="head Service"):
+        check_name(make_spec("a" * 60))
+    with pytest.raises(ConfigError, match="head Service"):
+        check_name(make_spec("9lives"))
+    try:
+        from prepline.images import RAY_IMAGE  # type: ignore[import-not-found]
+    except ImportError:
+        RAY_IMAGE = ""
+    if RAY_IMAGE:
+        assert raycluster_body(make_spec(image=""))["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == RAY_IMAGE
+    else:
+        with pytest.raises(ConfigError, match="no Ray image"):
+            raycluster_body(make_spec(image=""))
+
+
+# -- cluster names ---------------------------------------------------------------------------------
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+triples = st.tuples(st.text(max_size=40), st.text(max_size=30), st.text(max_size=12))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(triples, min_size=2, max_size=12, unique=True), st.sampled_from(["pl", "prepline", "X_9", "", "7up"]))
+def test_cluster_name_is_valid_and_unique(ts, prefix):
+    names = [cluster_name(*t, prefix=prefix) for t in ts]
+    for n, t in zip(names, ts):
+        assert DNS_1035.match(n) and len(n) <= 40, (t, n)
+        assert cluster_name(*t, prefix=prefix) == n  # deterministic: start and exit tasks agree
+        check_name(make_spec(n))  # usable by KubeRay and by ClusterSpec
+    assert len(set(names)) == len(ts)
+
+
+def test_cluster_name_separates_ambiguous_and_similar_triples():
+    assert cluster_name("a\0b", "c") != cluster_name("a", "b\0c")
+    assert cluster_name("\0", "", "") != cluster_name("", "\0", "")
+    long_stage = "tokenization_stage_" + "x" * 30
+    names = {cluster_name(f"run-{r}", long_stage + s, b) for r in range(20) for s in ("a", "b") for b in ("en", "ja", "de")}
+    assert len(names) == 120
+
+
+def test_parallel_clients_share_one_fake_safely(fake):
+    """Several branches create clusters at once (one provider each, as separate KFP tasks would)."""
+    errors = []
+
+    def branch(i):
+        try:
+            p = make_provider(fake)
+            n = cluster_name("run-7", "lang_id", f"b{i}")
+            p.create(make_spec(n))
+            p.wait_ready(n, timeout=10)
+            p.delete(n)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=branch, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and not fake.clusters
+
+
+def test_a_url_that_is_not_the_api_server_gives_a_clear_error():
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Html(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            body = b"<html>Kubeflow Central Dashboard</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Html)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        p = KubeRayProvider(f"http://127.0.0.1:{srv.server_address[1]}", retries=0)
+        with pytest.raises(ClusterError, match="unexpected answer") as e:
+            p.get("pl-x")
+        assert "KubeRay API server" in e.value.fix
+    finally:
+        srv.shutdown()
+        srv.server_close()

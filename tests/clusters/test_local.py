@@ -1,0 +1,65 @@
+"""The local provider starts real, isolated Ray heads and stops exactly them."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from prepline.clusters import ClusterSpec, cluster_name
+from prepline.clusters.base import TERMINAL
+from prepline.clusters.local import LocalProvider, state_dir
+
+
+def _ray_pids() -> set[int]:
+    out = subprocess.run(["pgrep", "-f", "raylet|gcs_server"], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
+def _wait(p, name, job_id, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        j = p.job(name, "default", job_id)
+        if j.status in TERMINAL:
+            return j
+        time.sleep(0.5)
+    raise AssertionError("job did not finish")
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.integration
+def test_two_heads_at_once_each_run_a_job_and_stop_cleanly(tmp_path, monkeypatch):
+    monkeypatch.setenv("PREPLINE_LOCAL_CLUSTERS", str(tmp_path / "state"))
+    before = _ray_pids()
+    p = LocalProvider(num_cpus=1)
+    names = [cluster_name("run-1", "doc_id", "en"), cluster_name("run-1", "doc_id", "ja")]
+    try:
+        for n in names:
+            p.create(ClusterSpec(name=n, labels={"prepline.dev/run": "run-1"}))
+        infos = [p.wait_ready(n) for n in names]
+        assert len({i.job_address for i in infos}) == 2 and all(i.job_address.startswith("http://127.0.0.1:") for i in infos)
+        jobs = [p.submit_job(n, "default", f"python -c \"import sys; print('hello from', sys.executable)\"") for n in names]
+        for n, j in zip(names, jobs):
+            assert _wait(p, n, j).status == "SUCCEEDED"
+            assert "hello from " + sys.executable in p.job_logs(n, "default", j)
+        failing = p.submit_job(names[0], "default", "python -c 'raise SystemExit(3)'")
+        assert _wait(p, names[0], failing).status == "FAILED"
+        assert [c.name for c in p.list(labels={"prepline.dev/run": "run-1"})] == sorted(names)
+        # every listener of these heads is on loopback
+        ss = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout
+        ours = [l for l in ss.splitlines() if any(f"pid={pid}," in l for pid in _ray_pids() - before)]
+        loopback = re.compile(r"^(127\.0\.0\.1|\[::ffff:127\.0\.0\.1\]|\[::1\]):\d+$")
+        assert ours and all(loopback.match(l.split()[3]) for l in ours), ours
+    finally:
+        for n in names:
+            p.delete(n)
+    deadline = time.time() + 20
+    while _ray_pids() - before and time.time() < deadline:
+        time.sleep(0.5)
+    assert not (_ray_pids() - before), "a Ray process was left behind"
+    assert p.list() == [] and not p.delete(names[0])

@@ -1,0 +1,572 @@
+"""fuzzy_dedup: near-duplicate documents by MinHash-LSH, clustered by connected components.
+
+Phases (each a set of tasks whose outputs live in the stage's work folder, so each resumes):
+
+1. ``signatures`` (per file): word (or character) k-shingles, a MinHash signature per document
+   (:mod:`prepline.minhash`, vectorised numpy), one bucket key per band. The ``(key, id)`` rows
+   go to ``num_shards`` shard files by key (the key hashes the band number and its rows).
+2. ``buckets`` (per shard): documents that share a key in some band are candidate pairs. With
+   verification, buckets of up to 16 documents give all their pairs, larger ones a star (the
+   smallest id with every other) and a chain (neighbours in id order), so a bucket of ``m``
+   documents gives ``O(m)`` pairs. Without verification the star alone (same components).
+3. ``extract`` (per file, with verification): the documents that are in a candidate pair are
+   read again and their shingle set (or signature) goes to a shard by id.
+4. ``verify_a`` / ``verify_b`` (per shard): a two-step join brings both documents' shingle
+   sets to each pair, so no task holds more than its shard; a pair is a duplicate edge when
+   its true Jaccard similarity (``verify=jaccard``) or its MinHash estimate
+   (``verify=estimate``) is at least ``threshold``.
+5. ``components`` (one task: shard 0; the others have nothing to do): connected components of
+   the edge list (label propagation with pointer jumping, in numpy over the edges only). A
+   cluster's id is its smallest document id.
+6. final map (per file): ``remove`` drops every clustered document whose id is not its
+   cluster's id (the smallest id is kept, whatever the processing order), counted as
+   ``removed.near_duplicate``; ``keep_duplicates`` keeps only clustered documents (the others
+   are counted as ``removed.not_near_duplicate``) and adds the cluster column; ``annotate``
+   adds the cluster column (null for documents in no cluster) and removes nothing.
+
+Documents with fewer words than the shingle size are one shingle (the whole document).
+Empty or white-space-only documents have no shingles: they are never fuzzy duplicates of
+anything (exact_dedup handles them) and are counted as ``counters.empty_docs``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+
+from prepline.config import TransformConfig, param
+from prepline.errors import ConfigError, InputError
+from prepline.registry import register
+from prepline.transform import Column, FileTask, Output, Phase, Transform
+
+REASON = "near_duplicate"
+REASON_UNIQUE = "not_near_duplicate"
+ALL_PAIRS_MAX = 16  # buckets up to this size give all their pairs for verification
+BATCH_BYTES = 8 << 20  # text per shingling batch (a longer document is a batch of its own)
+PAIR_BATCH = 4 << 20  # shingle values per batch of the vectorised Jaccard
+CLUSTERS = "clusters.parquet"
+
+
+def lsh_threshold(bands: int, rows: int) -> float:
+    """Jaccard similarity at which two documents share a bucket with probability about 1/2."""
+    return (1.0 / bands) ** (1.0 / rows)
+
+
+def _factorisations(perms: int, threshold: float) -> str:
+    pairs = [(b, perms // b) for b in range(1, perms + 1) if perms % b == 0]
+    pairs.sort(key=lambda br: abs(lsh_threshold(*br) - threshold * 0.95))
+    return ", ".join(f"{b} × {r}" for b, r in pairs[:3])
+
+
+@dataclass(frozen=True)
+class FuzzyDedupConfig(TransformConfig):
+    content_column: str = param("contents", "column holding the document text")
+    id_column: str = param("doc_id", "int64 id column, unique (run doc_id first); a cluster keeps its smallest id")
+    mode: str = param(
+        "remove",
+        "remove: drop all but the smallest id of each cluster; keep_duplicates: keep only documents "
+        "in clusters of 2 or more; annotate: add the cluster column, remove nothing",
+        choices=("remove", "keep_duplicates", "annotate"),
+    )
+    threshold: float = param(0.75, "Jaccard similarity of the shingle sets at or above which two documents are near duplicates", min=0.0, min_exclusive=True, max=1.0)
+    shingle_type: str = param("word", "shingle units: word (lower-cased, split on white space) or char (lower-cased, white space collapsed)", choices=("word", "char"))
+    shingle_size: int = param(5, "units per shingle; a shorter document is one shingle", min=1, max=64)
+    num_permutations: int = param(112, "MinHash permutations (signature length); must equal num_bands × rows_per_band", min=1, max=1024)
+    num_bands: int = param(14, "LSH bands: documents sharing all rows of any band are candidate pairs", min=1, max=1024)
+    rows_per_band: int = param(8, "signature values per band (more rows: fewer, more similar candidates)", min=1, max=1024)
+    verify: str = param(
+        "jaccard",
+        "check candidate pairs against threshold: jaccard (true Jaccard of the shingle sets), estimate "
+        "(share of equal signature values) or none (every candidate pair is a duplicate)",
+        choices=("jaccard", "estimate", "none"),
+    )
+    num_shards: int = param(16, "shards of the bucket, pair and document files (more shards: less memory per task)", min=1, max=4096)
+    cluster_column: str = param("fuzzy_cluster", "column added by annotate and keep_duplicates: the smallest id of the document's cluster (null: no near duplicate)")
+
+    def validate(self) -> None:
+        if self.num_bands * self.rows_per_band != self.num_permutations:
+            raise ConfigError(
+                f"num_bands × rows_per_band = {self.num_bands} × {self.rows_per_band} = "
+                f"{self.num_bands * self.rows_per_band} differs from num_permutations = {self.num_permutations}",
+                f"choose num_bands and rows_per_band whose product is num_permutations "
+                f"(for {self.num_permutations} and threshold {self.threshold}: {_factorisations(self.num_permutations, self.threshold)})",
+            )
+        if self.mode != "remove" and not self.cluster_column:
+            raise ConfigError(f"mode {self.mode} adds cluster_column, which is empty", "set cluster_column to a column name")
+        if self.cluster_column and self.cluster_column in (self.content_column, self.id_column):
+            raise ConfigError(f"cluster_column '{self.cluster_column}' is also an input column", "choose another cluster_column name")
+
+
+def _part(ids: np.ndarray, shards: int) -> np.ndarray:
+    """Shard of each id (a hash, so consecutive ids spread over the shards)."""
+    from prepline.minhash import _splitmix
+
+    return (_splitmix(ids.astype(np.int64).view(np.uint64).copy()) % np.uint64(shards)).astype(np.int64)
+
+
+def _split_by(table: pa.Table, shard: np.ndarray) -> list[tuple[int, pa.Table]]:
+    """(shard, rows of that shard) for each shard present, rows in their original order."""
+    if table.num_rows == 0:
+        return []
+    order = np.argsort(shard, kind="stable")
+    s = shard[order]
+    cuts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    ends = np.r_[cuts[1:], len(s)]
+    table = table.take(pa.array(order))
+    return [(int(s[c]), table.slice(c, e - c)) for c, e in zip(cuts, ends)]
+
+
+def _data_files(loc, prefix: str) -> list[str]:
+    return [f.rel for f in loc.list_all(prefix) if f.rel.endswith(".parquet") and not f.rel.rsplit("/", 1)[-1].startswith(".")]
+
+
+_SHARDS_KEY = b"prepline.shards"
+
+
+def _write_sharded(loc, rel: str, table: pa.Table, shard: np.ndarray) -> int:
+    """Write ``table`` as one Arrow IPC file with one record batch per shard.
+
+    A consumer of shard ``s`` reads only its batch (:func:`_read_shard`: memory-mapped locally,
+    range reads on S3), so a producer task writes one file, not one per shard, and reading a
+    shard costs no decoding. Returns the number of shards written.
+    """
+    parts = _split_by(table, shard)
+    if not parts:
+        return 0
+    index = {str(s): i for i, (s, _) in enumerate(parts)}
+    schema = table.schema.with_metadata({_SHARDS_KEY: json.dumps(index).encode()})
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, schema, options=ipc.IpcWriteOptions(compression="lz4")) as w:
+        for _, part in parts:
+            w.write_batch(pa.RecordBatch.from_arrays([col.combine_chunks() for col in part.columns], schema=schema))
+    loc.write_bytes(rel, sink.getvalue().to_pybytes())
+    return len(parts)
+
+
+def _open_ipc(loc, f):
+    """An IPC file reader with random access to its batches (no whole-file read)."""
+    from prepline.data_access import LocalLocation
+
+    if isinstance(loc, LocalLocation):
+        return ipc.open_file(pa.memory_map(loc.path(f.rel)))
+    from prepline.data_access import _S3RangeFile
+
+    raw = _S3RangeFile(loc.client, loc.bucket, loc.key(f.rel), f.size)
+    return ipc.open_file(pa.PythonFile(io.BufferedReader(raw, 1 << 20), mode="r"))
+
+
+def _read_shard_all(loc, prefix: str, shard: int) -> pa.Table | None:
+    """The rows of ``shard`` from every file under ``prefix`` written by :func:`_write_sharded`."""
+    batches = []
+    for f in loc.list_all(prefix):
+        if not f.rel.endswith(".arrow") or f.rel.rsplit("/", 1)[-1].startswith("."):
+            continue
+        r = _open_ipc(loc, f)
+        i = json.loads(r.schema.metadata[_SHARDS_KEY]).get(str(shard))
+        if i is not None:
+            batches.append(r.get_batch(i))
+    batches = [b for b in batches if b.num_rows]
+    if not batches:
+        return None
+    return pa.Table.from_batches(batches).replace_schema_metadata(None)
+
+
+def _read_all(loc, prefix: str) -> pa.Table | None:
+    tables = [loc.read_parquet(r) for r in _data_files(loc, prefix)]
+    tables = [t for t in tables if t.num_rows]
+    return pa.concat_tables(tables) if tables else None
+
+
+def _read_id_range(loc, rel: str, lo: int, hi: int, column: str = "id") -> pa.Table | None:
+    """Rows of a file sorted by ``column`` with lo <= column <= hi (row groups pruned by statistics)."""
+    try:
+        pf = loc.parquet_file(rel)
+    except (FileNotFoundError, OSError):
+        return None
+    md = pf.metadata
+    col = pf.schema_arrow.get_field_index(column)
+    groups = []
+    for i in range(md.num_row_groups):
+        st = md.row_group(i).column(col).statistics
+        if st is not None and st.has_min_max and (st.max < lo or st.min > hi):
+            continue
+        groups.append(i)
+    if not groups:
+        return None
+    t = pf.read_row_groups(groups)
+    v = t.column(column).to_numpy()
+    return t.filter(pa.array((v >= lo) & (v <= hi)))
+
+
+def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if len(a) == 0:
+        return a, b
+    order = np.lexsort((b, a))
+    a, b = a[order], b[order]
+    keep = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])]
+    return a[keep], b[keep]
+
+
+def _bucket_pairs(key: np.ndarray, ids: np.ndarray, all_pairs: bool) -> tuple[np.ndarray, np.ndarray, int]:
+    """Pairs ``a < b`` of ids that share a key. ``key``/``ids`` sorted by (key, id).
+
+    ``all_pairs``: every pair of a bucket up to ALL_PAIRS_MAX documents, star + chain above;
+    otherwise the star only (enough for connected components). Returns (a, b, buckets).
+    """
+    n = len(key)
+    if n < 2:
+        z = np.zeros(0, np.int64)
+        return z, z, 0
+    start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    size = np.diff(np.r_[start, n])
+    multi = size >= 2
+    start, size = start[multi], size[multi]
+    if len(start) == 0:
+        z = np.zeros(0, np.int64)
+        return z, z, 0
+    a_parts, b_parts = [], []
+    big = size > ALL_PAIRS_MAX if all_pairs else np.ones(len(size), dtype=bool)
+    if big.any():
+        s, m = start[big], size[big]
+        # star: the first (smallest id) with every other member
+        member = np.repeat(s, m - 1) + (np.arange(int((m - 1).sum())) - np.repeat(np.cumsum(m - 1) - (m - 1), m - 1)) + 1
+        first = np.repeat(s, m - 1)
+        a_parts.append(ids[first])
+        b_parts.append(ids[member])
+        if all_pairs:  # chain: neighbours, except (first, second) which the star has
+            inner = member[member - first >= 2]
+            a_parts.append(ids[inner - 1])
+            b_parts.append(ids[inner])
+    if all_pairs:
+        for m in np.unique(size[~big]):
+            s = start[(size == m) & ~big]
+            members = s[:, None] + np.arange(m)[None, :]
+            i, j = np.triu_indices(int(m), 1)
+            a_parts.append(ids[members[:, i]].ravel())
+            b_parts.append(ids[members[:, j]].ravel())
+    a, b = _unique_pairs(np.concatenate(a_parts), np.concatenate(b_parts))
+    return a, b, len(start)
+
+
+def _components(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Connected components of the edges (a, b): (node ids sorted, smallest id of each one's component)."""
+    nodes = np.unique(np.concatenate([a, b]))
+    ia, ib = np.searchsorted(nodes, a), np.searchsorted(nodes, b)
+    label = np.arange(len(nodes), dtype=np.int64)  # label[x] <= x: a pointer to a smaller node
+    while True:
+        la, lb = label[ia], label[ib]
+        diff = la != lb
+        if not diff.any():
+            break
+        la, lb = la[diff], lb[diff]
+        lo, hi = np.minimum(la, lb), np.maximum(la, lb)
+        np.minimum.at(label, hi, lo)  # hook the larger root under the smaller
+        while True:  # pointer jumping until every node points at its root
+            nxt = label[label]
+            if np.array_equal(nxt, label):
+                break
+            label = nxt
+    return nodes, nodes[label]
+
+
+def _jaccard_pairs(va: pa.Array, vb: pa.Array) -> np.ndarray:
+    """True Jaccard similarity of each pair of sorted, distinct uint32 lists (vectorised)."""
+    n = len(va)
+    out = np.zeros(n, dtype=np.float64)
+    la = pc.list_value_length(va).to_numpy(zero_copy_only=False).astype(np.int64)
+    lb = pc.list_value_length(vb).to_numpy(zero_copy_only=False).astype(np.int64)
+    lo = 0
+    while lo < n:
+        # a batch of pairs holding about PAIR_BATCH values (at least one pair)
+        cum = np.cumsum(la[lo:] + lb[lo:])
+        hi = lo + max(1, int(np.searchsorted(cum, PAIR_BATCH, side="right")))
+        ia = np.repeat(np.arange(hi - lo, dtype=np.uint64), la[lo:hi])
+        ib = np.repeat(np.arange(hi - lo, dtype=np.uint64), lb[lo:hi])
+        xa = va.slice(lo, hi - lo).flatten().to_numpy().astype(np.uint64)
+        xb = vb.slice(lo, hi - lo).flatten().to_numpy().astype(np.uint64)
+        keys = np.concatenate([(ia << np.uint64(32)) | xa, (ib << np.uint64(32)) | xb])
+        keys.sort()
+        dup = keys[1:][keys[1:] == keys[:-1]] >> np.uint64(32)
+        inter = np.bincount(dup.astype(np.int64), minlength=hi - lo)
+        union = la[lo:hi] + lb[lo:hi] - inter
+        out[lo:hi] = np.where(union > 0, inter / np.maximum(union, 1), 0.0)
+        lo = hi
+    return out
+
+
+@register
+class FuzzyDedup(Transform):
+    name = "fuzzy_dedup"
+    Config = FuzzyDedupConfig
+    summary = "near duplicates by MinHash-LSH (+ Jaccard check) and connected components: remove, keep or annotate"
+
+    # -- contract --------------------------------------------------------------------------
+    def input_columns(self) -> list[Column]:
+        return [
+            Column(self.config.content_column, "string"),
+            Column(self.config.id_column, "int64", fix="run doc_id first, or set id_column to an existing int64 id column"),
+        ]
+
+    def added_columns(self) -> list[str]:
+        return [self.config.cluster_column] if self.config.mode != "remove" else []
+
+    def phases(self) -> list[Phase]:
+        ph = [Phase("signatures", "files", "signature_file"), Phase("buckets", "shards", "bucket_shard")]
+        if self.config.verify != "none":
+            ph += [
+                Phase("extract", "files", "extract_file"),
+                Phase("verify_a", "shards", "verify_a_shard"),
+                Phase("verify_b", "shards", "verify_b_shard"),
+            ]
+        return ph + [Phase("components", "shards", "component_shard")]
+
+    def num_shards(self) -> int:
+        return self.config.num_shards
+
+    # -- shared ----------------------------------------------------------------------------
+    def _batches(self, text: pa.ChunkedArray) -> list[tuple[int, int]]:
+        """Row ranges of about BATCH_BYTES of text each (a longer document is a batch of its own)."""
+        n = len(text)
+        if n == 0:
+            return []
+        sizes = pc.binary_length(text).to_numpy(zero_copy_only=False).astype(np.int64)
+        cum = np.cumsum(sizes)
+        out, lo = [], 0
+        while lo < n:
+            base = cum[lo - 1] if lo else 0
+            hi = int(np.searchsorted(cum, base + BATCH_BYTES, side="right"))
+            hi = max(hi, lo + 1)
+            out.append((lo, hi))
+            lo = hi
+        return out
+
+    def _shingles(self, text: pa.Array):
+        from prepline import minhash
+
+        return minhash.shingle(text, self.config.shingle_size, self.config.shingle_type)
+
+    def _read(self, task: FileTask, ctx) -> tuple[pa.ChunkedArray, np.ndarray]:
+        c = self.config
+        table = ctx.read_input(task, self, [c.content_column, c.id_column])
+        ids = table.column(c.id_column).to_numpy()
+        if len(ids) > 1:
+            s = np.sort(ids)
+            dup = s[1:][s[1:] == s[:-1]]
+            if len(dup):
+                raise InputError(
+                    f"{task.path}: id column '{c.id_column}' is not unique (e.g. id {int(dup[0])} appears more than once)",
+                    "run doc_id first (it numbers every document), or set id_column to a unique int64 column",
+                )
+        return table.column(c.content_column), ids
+
+    # -- phase 1: signatures ---------------------------------------------------------------
+    def signature_file(self, task: FileTask, ctx) -> dict:
+        from prepline import minhash
+
+        c = self.config
+        text, ids = self._read(task, ctx)
+        keys, kid = [], []
+        for lo, hi in self._batches(text):
+            sh = self._shingles(text.slice(lo, hi - lo))
+            sig, docs = minhash.signatures(sh, c.num_permutations)
+            keys.append(minhash.band_keys(sig, c.num_bands, c.rows_per_band).ravel())
+            kid.append(np.repeat(ids[lo:hi][docs], c.num_bands))
+        key = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
+        kid = np.concatenate(kid) if kid else np.zeros(0, np.int64)
+        t = pa.table({"key": pa.array(key, pa.uint64()), "id": pa.array(kid, pa.int64())})
+        _write_sharded(ctx.work, f"bands/{task.rel}.arrow", t, (key % np.uint64(c.num_shards)).astype(np.int64))
+        with_sig = len(key) // c.num_bands
+        return {"docs": len(ids), "empty": len(ids) - with_sig}
+
+    # -- phase 2: buckets ------------------------------------------------------------------
+    def bucket_shard(self, shard: int, ctx) -> dict:
+        c = self.config
+        t = _read_shard_all(ctx.work, "bands", shard)
+        if t is None:
+            return {"rows": 0, "buckets": 0, "pairs": 0}
+        key, ids = t.column("key").to_numpy(), t.column("id").to_numpy()
+        order = np.lexsort((ids, key))
+        key, ids = key[order], ids[order]
+        same = (key[1:] == key[:-1]) & (ids[1:] == ids[:-1])
+        if same.any():
+            raise InputError(
+                f"id {int(ids[1:][same][0])} of column '{c.id_column}' belongs to more than one document (in different files)",
+                "run doc_id first (it numbers every document), or set id_column to a unique int64 column",
+            )
+        verify = c.verify != "none"
+        a, b, buckets = _bucket_pairs(key, ids, all_pairs=verify)
+        pairs = pa.table({"a": pa.array(a, pa.int64()), "b": pa.array(b, pa.int64())})
+        if not verify:
+            if len(a):
+                ctx.work.write_parquet(f"edges/{shard:05d}.parquet", pairs)
+        else:
+            _write_sharded(ctx.work, f"pairs/{shard:05d}.arrow", pairs, _part(a, c.num_shards))
+            need = np.unique(np.concatenate([a, b]))
+            if len(need):
+                ctx.work.write_parquet(f"need/{shard:05d}.parquet", pa.table({"id": pa.array(need, pa.int64())}))
+        return {"rows": len(key), "buckets": buckets, "pairs": len(a)}
+
+    # -- phase 3: extract (verification only) ----------------------------------------------
+    def extract_file(self, task: FileTask, ctx) -> dict:
+        from prepline import minhash
+
+        c = self.config
+        ids = ctx.read_input(task, self, [c.id_column]).column(c.id_column).to_numpy()
+        if len(ids) == 0:
+            return {"docs": 0}
+        lo, hi = int(ids.min()), int(ids.max())
+        parts = []
+        for rel in _data_files(ctx.work, "need"):
+            t = _read_id_range(ctx.work, rel, lo, hi)
+            if t is not None and t.num_rows:
+                parts.append(t.column("id").to_numpy())
+        if not parts:
+            return {"docs": 0}
+        rows = np.flatnonzero(np.isin(ids, np.unique(np.concatenate(parts))))
+        if len(rows) == 0:
+            return {"docs": 0}
+        text, ids = self._read(task, ctx)
+        text = text.take(pa.array(rows))
+        ids = ids[rows]
+        if c.verify == "jaccard":
+            sh = self._shingles(text)
+            doc = np.repeat(np.arange(len(rows), dtype=np.uint64), sh.counts)
+            u = (doc << np.uint64(32)) | sh.hashes
+            u.sort()
+            u = u[np.r_[True, u[1:] != u[:-1]]]  # sorted, distinct per document
+            offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+            np.cumsum(np.bincount((u >> np.uint64(32)).astype(np.int64), minlength=len(rows)), out=offsets[1:])
+            values = pa.array((u & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+            v = pa.LargeListArray.from_arrays(pa.array(offsets), values)
+        else:
+            sig, docs = minhash.signatures(self._shingles(text), c.num_permutations)
+            full = np.zeros((len(rows), c.num_permutations), dtype=np.uint32)
+            full[docs] = sig
+            offsets = np.arange(len(rows) + 1, dtype=np.int64) * c.num_permutations
+            v = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(full.ravel()))
+        t = pa.table({"id": pa.array(ids, pa.int64()), "v": v})
+        _write_sharded(ctx.work, f"docs/{task.rel}.arrow", t, _part(ids, c.num_shards))
+        return {"docs": len(rows)}
+
+    # -- phase 4: verification, a two-step join ----------------------------------------------
+    @staticmethod
+    def _lookup(docs: pa.Table | None, want: np.ndarray) -> tuple[np.ndarray, pa.Array | None]:
+        """(found mask, payloads of the found ids) of ``want`` in a shard's documents."""
+        if docs is None or len(want) == 0:
+            return np.zeros(len(want), dtype=bool), None
+        did = docs.column("id").to_numpy()
+        order = np.argsort(did, kind="stable")
+        did = did[order]
+        pos = np.minimum(np.searchsorted(did, want), len(did) - 1)
+        found = did[pos] == want
+        rows = order[pos[found]]
+        return found, docs.column("v").combine_chunks().take(pa.array(rows))
+
+    def verify_a_shard(self, shard: int, ctx) -> dict:
+        c = self.config
+        t = _read_shard_all(ctx.work, "pairs", shard)
+        if t is None:
+            return {"pairs": 0}
+        a, b = _unique_pairs(t.column("a").to_numpy(), t.column("b").to_numpy())
+        found, va = self._lookup(_read_shard_all(ctx.work, "docs", shard), a)
+        a, b = a[found], b[found]
+        half = pa.table({"a": pa.array(a, pa.int64()), "b": pa.array(b, pa.int64()), "va": va if va is not None else pa.array([], pa.large_list(pa.uint32()))})
+        _write_sharded(ctx.work, f"half/{shard:05d}.arrow", half, _part(b, c.num_shards))
+        return {"pairs": int(len(a)), "missing": int((~found).sum())}
+
+    def verify_b_shard(self, shard: int, ctx) -> dict:
+        c = self.config
+        t = _read_shard_all(ctx.work, "half", shard)
+        if t is None:
+            return {"pairs": 0, "edges": 0}
+        a, b = t.column("a").to_numpy(), t.column("b").to_numpy()
+        found, vb = self._lookup(_read_shard_all(ctx.work, "docs", shard), b)
+        va = t.column("va").combine_chunks().filter(pa.array(found))
+        a, b = a[found], b[found]
+        if len(a) == 0:
+            return {"pairs": 0, "edges": 0, "missing": int((~found).sum())}
+        if c.verify == "jaccard":
+            sim = _jaccard_pairs(va, vb)
+        else:
+            p = c.num_permutations
+            sa = va.flatten().to_numpy().reshape(-1, p)
+            sb = vb.flatten().to_numpy().reshape(-1, p)
+            sim = (sa == sb).mean(axis=1)
+        ok = sim >= c.threshold - 1e-12
+        edges = pa.table({"a": pa.array(a[ok], pa.int64()), "b": pa.array(b[ok], pa.int64()), "similarity": pa.array(sim[ok], pa.float32())})
+        if edges.num_rows:
+            ctx.work.write_parquet(f"edges/{shard:05d}.parquet", edges)
+        return {"pairs": int(len(a)), "edges": int(ok.sum()), "missing": int((~found).sum())}
+
+    # -- phase 5: connected components -----------------------------------------------------
+    def component_shard(self, shard: int, ctx) -> dict:
+        if shard != 0:
+            return {"skipped": True}  # one task does it (shard phases have num_shards tasks)
+        t = _read_all(ctx.work, "edges")
+        if t is None:
+            ids = cluster = size = np.zeros(0, np.int64)
+        else:
+            ids, cluster = _components(t.column("a").to_numpy(), t.column("b").to_numpy())
+            _, inv, counts = np.unique(cluster, return_inverse=True, return_counts=True)
+            size = counts[inv]
+        out = pa.table({"id": pa.array(ids, pa.int64()), "cluster": pa.array(cluster, pa.int64()), "size": pa.array(size, pa.int64())})
+        ctx.work.write_parquet(CLUSTERS, out)
+        return {
+            "edges": 0 if t is None else t.num_rows,
+            "clusters": int(len(np.unique(cluster))),
+            "docs_in_clusters": int(len(ids)),
+            "largest_cluster": int(size.max()) if len(size) else 0,
+        }
+
+    def plan_summary(self, results) -> dict:
+        sig = results.get("signatures", {}).values()
+        buckets = results.get("buckets", {}).values()
+        comp = results.get("components", {}).get("00000", {})
+        out = {
+            "docs": sum(r["docs"] for r in sig),
+            "empty_docs": sum(r["empty"] for r in sig),
+            "lsh_threshold": round(lsh_threshold(self.config.num_bands, self.config.rows_per_band), 4),
+            "candidate_buckets": sum(r["buckets"] for r in buckets),
+            "candidate_pairs": sum(r["pairs"] for r in buckets),
+        }
+        if self.config.verify != "none":
+            vb = results.get("verify_b", {}).values()
+            out["verified_pairs"] = sum(r["pairs"] for r in vb)
+            out["duplicate_edges"] = sum(r["edges"] for r in vb)
+        out.update({k: comp[k] for k in ("clusters", "docs_in_clusters", "largest_cluster") if k in comp})
+        return out
+
+    # -- final map -------------------------------------------------------------------------
+    def setup(self, ctx) -> None:
+        self._work = ctx.work
+
+    def transform(self, table: pa.Table, task: FileTask) -> Output:
+        c = self.config
+        n = table.num_rows
+        text = table.column(c.content_column)
+        empty = int(pc.sum(pc.or_(pc.equal(pc.binary_length(text), 0), pc.utf8_is_space(text))).as_py() or 0) if n else 0
+        ids = table.column(c.id_column).to_numpy() if n else np.zeros(0, np.int64)
+        in_cluster = np.zeros(n, dtype=bool)
+        cluster = np.zeros(n, dtype=np.int64)
+        if n:
+            cl = _read_id_range(self._work, CLUSTERS, int(ids.min()), int(ids.max()))
+            if cl is not None and cl.num_rows:
+                cid, ccl = cl.column("id").to_numpy(), cl.column("cluster").to_numpy()
+                pos = np.minimum(np.searchsorted(cid, ids), len(cid) - 1)
+                in_cluster = cid[pos] == ids
+                cluster = np.where(in_cluster, ccl[pos], 0)
+        counters = {"empty_docs": empty, "in_clusters": int(in_cluster.sum()), "cluster_keepers": int((in_cluster & (cluster == ids)).sum())}
+        if c.mode == "remove":
+            drop = in_cluster & (cluster != ids)
+            return Output.of(table.filter(pa.array(~drop)), {REASON: int(drop.sum())}, counters)
+        col = pa.array(cluster, pa.int64(), mask=~in_cluster)
+        table = table.append_column(c.cluster_column, col)
+        if c.mode == "keep_duplicates":
+            return Output.of(table.filter(pa.array(in_cluster)), {REASON_UNIQUE: int((~in_cluster).sum())}, counters)
+        return Output.of(table, {}, counters)

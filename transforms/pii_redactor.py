@@ -1,0 +1,390 @@
+"""pii_redactor: find personal data with Presidio's recognizers and replace, mask or remove it.
+
+Offline by construction: the NLP engine is a blank spaCy pipeline (a tokenizer only, no model
+to download) wrapped in a small Presidio ``NlpEngine``, and the recognizers are Presidio's
+pattern and checksum recognizers (e-mail, phone via ``phonenumbers``, credit card with Luhn,
+IBAN with mod-97, IP, URL, US SSN, ...). E-mail validation uses ``tldextract``'s bundled
+public-suffix snapshot, never the network. A spaCy NER model can be added with
+``spacy_model`` (an installed package name or a path; it is loaded, never downloaded), which
+enables Presidio's NER entities (PERSON, LOCATION, ...).
+
+How a table is processed (the hot path is per document only where Presidio needs it):
+
+1. Prefilter (vectorised, ``prefilter=True``): for each requested entity an RE2 regex over the
+   whole Arrow column says which documents can hold one at all, e.g. ``@`` for e-mail, 13 digits
+   for a card, ``K`` digits separated by at most 4 non-digits for a phone (``K`` is the shortest
+   valid number length of the chosen phone regions, from ``phonenumbers``' metadata). Each regex
+   accepts a superset of what the recognizer's own patterns accept, so skipping never changes
+   the output (a test compares prefilter on and off).
+2. Scan (per candidate document): Presidio's analyzer with only the candidate entities and
+   empty NLP artifacts (no tokenization) at score threshold 0. Context words can only raise the
+   score of something already found, so a document without a hit here has none.
+3. Analyse (documents with a hit): the full analysis, all requested entities, tokenized with
+   spaCy in batches (``BatchAnalyzerEngine``), context-word enhancement, ``score_threshold``.
+   This is exactly Presidio's result for the document.
+4. Anonymise (documents with a result): ``presidio-anonymizer`` with ``replace``
+   (``<EMAIL_ADDRESS>``), ``mask`` (every character of the item becomes ``mask_char``) or
+   ``redact`` (removed); overlapping items are merged by the anonymizer.
+
+The text column is rewritten in place (only changed rows are replaced, with
+``pc.replace_with_mask``) and ``pii_column`` (default ``detected_pii``) is added: a list of the
+entity types of the items that were anonymised, one entry per item in text order (``[]`` when
+none), so ``len(detected_pii) = 0`` or ``list_contains(detected_pii, 'EMAIL_ADDRESS')`` work in
+the filter stage. Nothing is removed. Counters: ``pii_<TYPE>`` (items per type), ``pii_docs``
+(documents changed), ``pii_candidate_docs`` (passed the prefilter), ``pii_analyzed_docs``
+(went to the full analysis).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from prepline.config import TransformConfig, param
+from prepline.errors import ConfigError
+from prepline.registry import register
+from prepline.transform import Column, FileTask, Output, Transform
+
+DEFAULT_ENTITIES = ["EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS", "US_SSN"]
+# Presidio's own default regions for PhoneRecognizer.
+DEFAULT_PHONE_REGIONS = ["US", "GB", "DE", "FR", "IL", "IN", "CA", "BR"]
+INSTALL_FIX = "install the pii extra: pip install 'prepline[pii]'"
+
+# RE2 regexes (pyarrow.compute): a document can only hold an item of this type if its regex
+# matches. Each accepts a superset of the recognizer's patterns (see the comments).
+_CANDIDATES = {
+    # Presidio's e-mail pattern needs a literal '@'
+    "EMAIL_ADDRESS": "@",
+    # 'All Credit Cards (weak)': 4+3+3+3 digits at least, single [- ] separators
+    "CREDIT_CARD": r"\d(?:[- ]?\d){12}",
+    # every IBAN pattern starts with a country code and two check digits (case-sensitive here)
+    "IBAN_CODE": r"[A-Z]{2}\d{2}",
+    # IPv4: four dotted numbers; IPv6: either '::' or at least 6 hex groups with ':'
+    "IP_ADDRESS": r"\d\.\d{1,3}\.\d{1,3}\.\d|::|(?:[0-9A-Fa-f]{1,4}:){6}",
+    # all US SSN patterns: 9 digits with at most one [- .] between digits
+    "US_SSN": r"\d(?:[- .]?\d){8}",
+    # Presidio's URL pattern ends with '.<tld>' after a letter or digit
+    "URL": r"(?i)[a-z0-9\-]\.[a-z]{2}",
+}
+
+_MODES = ("replace", "mask", "redact")
+
+
+@dataclass(frozen=True)
+class PiiRedactorConfig(TransformConfig):
+    content_column: str = param("contents", "column holding the document text (rewritten in place)")
+    entities: list[str] = param(
+        DEFAULT_ENTITIES,
+        "Presidio entity types to find (checked against the recognizers of the language before any file is read; "
+        "e.g. URL, CRYPTO, MAC_ADDRESS, UK_NHS, US_BANK_NUMBER; PERSON/LOCATION need spacy_model)",
+    )
+    language: str = param("en", "language of the documents (ISO 639-1): selects Presidio's recognizers and the spaCy tokenizer")
+    mode: str = param("replace", "replace: '<EMAIL_ADDRESS>'; mask: each character becomes mask_char; redact: remove the item", choices=_MODES)
+    mask_char: str = param("*", "character used by mode=mask")
+    score_threshold: float = param(
+        0.5,
+        "keep items whose Presidio score (after context words) is at least this; 0.5 drops bare phone-like numbers "
+        "without a context word (score 0.4), which are mostly dates and amounts",
+        min=0.0,
+        max=1.0,
+    )
+    phone_regions: list[str] = param(DEFAULT_PHONE_REGIONS, "regions (ISO 3166 alpha-2) whose national phone formats are recognised; '+' numbers are found for any region")
+    pii_column: str = param("detected_pii", "column to add: list of the entity types anonymised in the document, in text order")
+    spacy_model: str = param("", "optional spaCy pipeline with NER (installed package name or path, never downloaded); '' = blank tokenizer, pattern recognizers only")
+    prefilter: bool = param(True, "skip documents that vectorised regexes show cannot hold any requested entity (same output, faster)")
+    batch_size: int = param(64, "documents per spaCy batch in the full analysis", min=1)
+
+    def validate(self) -> None:
+        if not self.entities:
+            raise ConfigError("entities is empty: pii_redactor would find nothing", f"pass entities, e.g. {DEFAULT_ENTITIES}")
+        bad = [e for e in self.entities if not e or e != e.strip().upper() or " " in e]
+        if bad:
+            raise ConfigError(
+                f"entities {bad} are not Presidio entity names (upper case, e.g. EMAIL_ADDRESS)", f"use names such as {', '.join(DEFAULT_ENTITIES)}"
+            )
+        if len(set(self.entities)) != len(self.entities):
+            raise ConfigError(f"entities {list(self.entities)} lists a name twice", "list each entity once")
+        if len(self.mask_char) != 1:
+            raise ConfigError(f"mask_char={self.mask_char!r} must be exactly one character", "pass e.g. --mask-char '*'")
+        if not self.language or not self.language.isalpha() or not self.language.islower() or len(self.language) > 3:
+            raise ConfigError(f"language={self.language!r} is not an ISO 639-1 code", "pass a code such as en, de, es")
+        if not self.pii_column:
+            raise ConfigError("pii_column is empty", "name the column to add, e.g. detected_pii")
+        if self.pii_column == self.content_column:
+            raise ConfigError("pii_column and content_column are the same", "give pii_column another name")
+        if "PHONE_NUMBER" in self.entities:
+            bad_r = [r for r in self.phone_regions if len(r) != 2 or not r.isalpha() or not r.isupper()]
+            if bad_r or not self.phone_regions:
+                raise ConfigError(
+                    f"phone_regions {bad_r or []} must be non-empty ISO 3166 alpha-2 codes", f"pass e.g. {DEFAULT_PHONE_REGIONS}"
+                )
+
+
+# ----------------------------------------------------------------------------------------------
+# Presidio objects (built in setup, heavy imports here only)
+
+
+def _make_engine_class():
+    import spacy
+    from presidio_analyzer.nlp_engine import NlpArtifacts, SpacyNlpEngine
+
+    class BlankOrLocalSpacyEngine(SpacyNlpEngine):
+        """Presidio's spaCy engine that never downloads: a blank tokenizer or a local model.
+
+        Lemmas fall back to the lower-cased token text when the pipeline has no lemmatizer, so
+        Presidio's context words ('phone', 'card', 'email', ...) still raise scores.
+        """
+
+        def __init__(self, language: str, model: str):
+            super().__init__(models=[{"lang_code": language, "model_name": model or "blank"}])
+            self.language, self.model = language, model
+
+        def load(self) -> None:
+            if self.model:
+                nlp = spacy.load(self.model)
+            else:
+                try:
+                    nlp = spacy.blank(self.language)
+                    nlp("probe")  # some languages (ja, zh, ko, ...) need an extra tokenizer package
+                except Exception:
+                    nlp = spacy.blank("xx")
+            nlp.max_length = 1 << 31  # documents of any length are analysed whole
+            self.nlp = {self.language: nlp}
+
+        def _doc_to_nlp_artifact(self, doc, language):
+            ents = self._get_entities(doc)
+            ents, scores = self._get_updated_entities(ents, self._get_scores_for_entities(doc))
+            return NlpArtifacts(
+                entities=ents, tokens=doc, tokens_indices=[t.idx for t in doc], lemmas=[t.lemma_ or t.lower_ for t in doc],
+                nlp_engine=self, language=language, scores=scores,
+            )
+
+        def empty_artifacts(self) -> NlpArtifacts:
+            from spacy.tokens import Doc
+
+            return NlpArtifacts(
+                entities=[], tokens=Doc(self.nlp[self.language].vocab, words=[]), tokens_indices=[], lemmas=[],
+                nlp_engine=self, language=self.language, scores=[],
+            )
+
+    return BlankOrLocalSpacyEngine
+
+
+def build_analyzer(language: str, spacy_model: str = "", phone_regions: list[str] | tuple = DEFAULT_PHONE_REGIONS):
+    """An offline Presidio AnalyzerEngine for ``language``; returns (analyzer, engine, ner_entities)."""
+    os.environ.setdefault("PRESIDIO_DEVICE", "cpu")  # no CUDA probing through torch at import
+    try:
+        import regex
+        import tldextract
+        from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
+        from presidio_analyzer.predefined_recognizers import (
+            CreditCardRecognizer,
+            EmailRecognizer,
+            IbanRecognizer,
+            PhoneRecognizer,
+            SpacyRecognizer,
+        )
+    except ImportError as e:
+        raise ConfigError(f"pii_redactor needs presidio-analyzer, spacy and tldextract ({e})", INSTALL_FIX) from None
+
+    engine = _make_engine_class()(language, spacy_model)
+    try:
+        engine.load()
+    except (OSError, ImportError, ValueError) as e:
+        raise ConfigError(
+            f"spacy_model={spacy_model!r} cannot be loaded: {str(e).splitlines()[0][:300]}",
+            "pass an installed spaCy pipeline package or the path of a saved pipeline (nlp.to_disk), or '' for the blank tokenizer",
+        ) from None
+    registry = RecognizerRegistry(supported_languages=[language])
+    registry.load_predefined_recognizers(languages=[language])
+    registry.recognizers = [r for r in registry.recognizers if not isinstance(r, SpacyRecognizer)]
+    ner_entities: list[str] = []
+    if spacy_model:
+        registry.add_nlp_recognizer(engine)
+        ner_entities = sorted({e for r in registry.recognizers if isinstance(r, SpacyRecognizer) for e in r.supported_entities})
+
+    offline_tld = tldextract.TLDExtract(cache_dir=None, suffix_list_urls=())  # bundled snapshot, no network
+    have = {e for r in registry.recognizers for e in r.supported_entities}
+    if "CREDIT_CARD" not in have:  # Presidio lists it for a few languages only; the Luhn check is universal
+        registry.add_recognizer(CreditCardRecognizer(supported_language=language))
+    for r in registry.recognizers:
+        if isinstance(r, EmailRecognizer):
+            # the stock check calls tldextract.extract(), which fetches the suffix list over the network
+            r.validate_result = lambda text, _x=offline_tld: _x(text).fqdn != ""
+        elif isinstance(r, IbanRecognizer):
+            # the registry's global IGNORECASE makes the optional trailing groups of the IBAN pattern swallow
+            # lowercase words ('ES68 ... with'), and the IBAN is then lost: IBANs are upper case
+            r.global_regex_flags = regex.DOTALL | regex.MULTILINE
+        elif isinstance(r, PhoneRecognizer):
+            r.supported_regions = tuple(phone_regions)
+    analyzer = AnalyzerEngine(registry=registry, nlp_engine=engine, supported_languages=[language])
+    return analyzer, engine, ner_entities
+
+
+def supported_entities(language: str = "en", spacy_model: str = "") -> list[str]:
+    """Entity names the offline analyzer can find for ``language`` (and ``spacy_model``)."""
+    analyzer, _, _ = build_analyzer(language, spacy_model)
+    return sorted(analyzer.get_supported_entities(language))
+
+
+def phone_min_digits(regions) -> int:
+    """Fewest digits a valid phone number of ``regions`` (or any '+' number) can have."""
+    import phonenumbers
+    from phonenumbers import PhoneMetadata
+
+    lows = []
+    for r in regions:
+        md = PhoneMetadata.metadata_for_region(r)
+        if md is None:
+            raise ConfigError(f"phone_regions: {r!r} is not a region phonenumbers knows", "use ISO 3166 alpha-2 codes such as US, GB, DE")
+        lows.append(min(md.general_desc.possible_length or (1,)))
+    for cc, regs in phonenumbers.COUNTRY_CODE_TO_REGION_CODE.items():  # international format '+<cc><number>'
+        for r in regs:
+            md = PhoneMetadata.metadata_for_region_or_calling_code(cc, r)
+            if md is not None and md.general_desc.possible_length:
+                lows.append(len(str(cc)) + min(md.general_desc.possible_length))
+    return max(1, min(lows))
+
+
+def _operators(mode: str, mask_char: str, entity_types):
+    from presidio_anonymizer.entities import OperatorConfig
+
+    if mode == "replace":
+        return {e: OperatorConfig("replace", {"new_value": f"<{e}>"}) for e in entity_types}
+    if mode == "mask":
+        cfg = OperatorConfig("mask", {"masking_char": mask_char, "chars_to_mask": 1 << 30, "from_end": False})
+        return {e: cfg for e in entity_types}
+    return {e: OperatorConfig("redact", {}) for e in entity_types}
+
+
+@register
+class PiiRedactor(Transform):
+    name = "pii_redactor"
+    Config = PiiRedactorConfig
+    summary = "find PII with Presidio's recognizers (offline) and replace, mask or remove it; adds detected_pii"
+    extra = "pii"
+
+    def input_columns(self) -> list[Column]:
+        return [Column(self.config.content_column, "string")]
+
+    def added_columns(self) -> list[str]:
+        return [self.config.pii_column]
+
+    def check_on_driver(self, schema: pa.Schema, where: str) -> None:
+        self._build()  # unknown entities, a bad spaCy model or a missing extra fail here, before any batch
+
+    def setup(self, ctx) -> None:
+        self._build()
+
+    def _build(self) -> None:
+        c = self.config
+        analyzer, engine, ner = build_analyzer(c.language, c.spacy_model, c.phone_regions)
+        valid = sorted(analyzer.get_supported_entities(c.language))
+        unknown = [e for e in c.entities if e not in valid]
+        if unknown:
+            hint = " (NER entities such as PERSON need spacy_model)" if not c.spacy_model else ""
+            raise ConfigError(
+                f"entities {unknown} have no recognizer for language '{c.language}'{hint}",
+                f"choose from: {', '.join(valid)}",
+            )
+        from presidio_analyzer import BatchAnalyzerEngine
+        from presidio_anonymizer import AnonymizerEngine
+
+        self._analyzer, self._engine = analyzer, engine
+        self._batch = BatchAnalyzerEngine(analyzer)
+        self._anonymizer = AnonymizerEngine()
+        self._operators = _operators(c.mode, c.mask_char, valid)
+        self._empty = engine.empty_artifacts()
+        # NER entities come from the tokenized document only: such runs skip the scan
+        self._needs_nlp = any(e in ner for e in c.entities)
+        cands = dict(_CANDIDATES)
+        if "PHONE_NUMBER" in c.entities:
+            k = phone_min_digits(c.phone_regions)
+            # digits of a phone number are separated by at most 4 punctuation characters (phonenumbers' matcher)
+            cands["PHONE_NUMBER"] = r"\p{Nd}(?:\P{Nd}{0,4}\p{Nd}){%d}" % (k - 1)
+        self._cands = {e: cands.get(e) for e in c.entities}
+
+    # ------------------------------------------------------------------------------------------
+    def _candidates(self, arr: pa.Array) -> np.ndarray:
+        """(rows, entities) bool: which entities each document may hold."""
+        n, ents = len(arr), self.config.entities
+        out = np.ones((n, len(ents)), dtype=bool)
+        if not self.config.prefilter or n == 0:
+            return out
+        for j, e in enumerate(ents):
+            rx = self._cands[e]
+            if rx is None:
+                continue
+            m = pc.match_substring(arr, rx) if rx == "@" else pc.match_substring_regex(arr, rx)
+            out[:, j] = m.to_numpy(zero_copy_only=False)
+        return out
+
+    def _analyze_chunk(self, arr: pa.Array, counters: dict[str, int]):
+        """Return (new texts for changed rows by index, detected types per row)."""
+        c = self.config
+        ents = list(c.entities)
+        cand = self._candidates(arr)
+        lengths = pc.utf8_length(arr).to_numpy(zero_copy_only=False)
+        cand &= (lengths > 0)[:, None]
+        rows = np.flatnonzero(cand.any(axis=1))
+        counters["pii_candidate_docs"] += len(rows)
+        if len(rows) == 0:
+            return {}, {}
+        texts = pc.take(arr, pa.array(rows)).to_pylist()
+        if self._needs_nlp:
+            hit_rows, hit_texts = rows, texts
+        else:
+            hit_rows, hit_texts = [], []
+            for r, t in zip(rows.tolist(), texts):
+                want = [e for e, ok in zip(ents, cand[r]) if ok]
+                if self._analyzer.analyze(t, language=c.language, entities=want, nlp_artifacts=self._empty, score_threshold=0.0):
+                    hit_rows.append(r)
+                    hit_texts.append(t)
+        counters["pii_analyzed_docs"] += len(hit_rows)
+        if not hit_rows:
+            return {}, {}
+        results = self._batch.analyze_iterator(
+            hit_texts, language=c.language, batch_size=c.batch_size, entities=ents, score_threshold=c.score_threshold
+        )
+        new_texts: dict[int, str] = {}
+        found: dict[int, list[str]] = {}
+        for r, t, res in zip(hit_rows, hit_texts, results):
+            if not res:
+                continue
+            out = self._anonymizer.anonymize(text=t, analyzer_results=res, operators=self._operators)
+            types = [it.entity_type for it in sorted(out.items, key=lambda it: (it.start, it.end))]
+            if out.text != t:
+                new_texts[int(r)] = out.text
+            found[int(r)] = types
+            for ty in types:
+                counters[f"pii_{ty}"] = counters.get(f"pii_{ty}", 0) + 1
+        return new_texts, found
+
+    def transform(self, table: pa.Table, task: FileTask) -> Output:
+        c = self.config
+        col = table.column(c.content_column)
+        counters = {"pii_candidate_docs": 0, "pii_analyzed_docs": 0, "pii_docs": 0}
+        chunks, counts, values = [], np.zeros(table.num_rows, dtype=np.int32), []
+        base = 0
+        for arr in col.chunks:
+            new_texts, found = self._analyze_chunk(arr, counters)
+            if new_texts:
+                idx = np.array(sorted(new_texts), dtype=np.int64)
+                mask = np.zeros(len(arr), dtype=bool)
+                mask[idx] = True
+                arr = pc.replace_with_mask(arr, pa.array(mask), pa.array([new_texts[i] for i in idx.tolist()], arr.type))
+            for i in sorted(found):
+                counts[base + i] = len(found[i])
+                values.extend(found[i])
+            counters["pii_docs"] += len(found)
+            chunks.append(arr)
+            base += len(arr)
+        table = table.set_column(table.column_names.index(c.content_column), c.content_column, pa.chunked_array(chunks, col.type))
+        offsets = np.zeros(table.num_rows + 1, dtype=np.int32)
+        np.cumsum(counts, out=offsets[1:])
+        detected = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.string()))
+        return Output.of(table.append_column(c.pii_column, detected), counters=counters)
