@@ -231,23 +231,51 @@ def supported_entities(language: str = "en", spacy_model: str = "") -> list[str]
     return sorted(analyzer.get_supported_entities(language))
 
 
-def phone_min_digits(regions) -> int:
-    """Fewest digits a valid phone number of ``regions`` (or any '+' number) can have."""
+_NUMBER_TYPES = (
+    "general_desc", "fixed_line", "mobile", "toll_free", "premium_rate", "shared_cost", "personal_number",
+    "voip", "pager", "uan", "voicemail", "no_international_dialling",
+)
+
+
+def phone_min_digits(regions) -> dict[str, int]:
+    """Per region: fewest digits a phone number that ``phonenumbers`` accepts there can have.
+
+    A national number has at least the shortest possible length of any number type of the region.
+    A '+' or IDD-prefixed number of any country is accepted in every region, and has at least
+    ``len(country code) + shortest length`` digits over all countries (6 with phonenumbers 9.x), so
+    no region needs more digits than that.
+    """
     import phonenumbers
     from phonenumbers import PhoneMetadata
 
-    lows = []
+    def shortest(md) -> int | None:
+        lens = [n for t in _NUMBER_TYPES if getattr(md, t, None) is not None for n in (getattr(md, t).possible_length or ())]
+        return min(lens) if lens else None
+
+    intl = []
+    for cc, regs in phonenumbers.COUNTRY_CODE_TO_REGION_CODE.items():
+        for r in regs:
+            md = PhoneMetadata.metadata_for_region_or_calling_code(cc, r)
+            k = shortest(md) if md is not None else None
+            if k:
+                intl.append(len(str(cc)) + k)
+    k_intl = min(intl)
+    out = {}
     for r in regions:
         md = PhoneMetadata.metadata_for_region(r)
         if md is None:
             raise ConfigError(f"phone_regions: {r!r} is not a region phonenumbers knows", "use ISO 3166 alpha-2 codes such as US, GB, DE")
-        lows.append(min(md.general_desc.possible_length or (1,)))
-    for cc, regs in phonenumbers.COUNTRY_CODE_TO_REGION_CODE.items():  # international format '+<cc><number>'
-        for r in regs:
-            md = PhoneMetadata.metadata_for_region_or_calling_code(cc, r)
-            if md is not None and md.general_desc.possible_length:
-                lows.append(len(str(cc)) + min(md.general_desc.possible_length))
-    return max(1, min(lows))
+        out[r] = max(1, min(shortest(md) or 1, k_intl))
+    return out
+
+
+def _digits_regex(k: int) -> str:
+    """RE2: ``k`` digits, consecutive ones separated by at most 4 other characters.
+
+    phonenumbers' matcher allows at most 4 punctuation characters between digit blocks, so every
+    number it finds with ``k`` or more digits matches this.
+    """
+    return r"\p{Nd}(?:\P{Nd}{0,4}\p{Nd}){%d}" % (k - 1) if k > 1 else r"\p{Nd}"
 
 
 def _operators(mode: str, mask_char: str, entity_types):
@@ -301,68 +329,94 @@ class PiiRedactor(Transform):
         self._empty = engine.empty_artifacts()
         # NER entities come from the tokenized document only: such runs skip the scan
         self._needs_nlp = any(e in ner for e in c.entities)
-        cands = dict(_CANDIDATES)
+        self._cands = {e: _CANDIDATES.get(e) for e in c.entities if e != "PHONE_NUMBER"}
+        self._phone = None
         if "PHONE_NUMBER" in c.entities:
-            k = phone_min_digits(c.phone_regions)
-            # digits of a phone number are separated by at most 4 punctuation characters (phonenumbers' matcher)
-            cands["PHONE_NUMBER"] = r"\p{Nd}(?:\P{Nd}{0,4}\p{Nd}){%d}" % (k - 1)
-        self._cands = {e: cands.get(e) for e in c.entities}
+            from presidio_analyzer.predefined_recognizers import PhoneRecognizer
+
+            recs = [r for r in analyzer.registry.recognizers if isinstance(r, PhoneRecognizer) and r.supported_language == c.language]
+            if len(recs) == 1:  # the scan calls phonenumbers directly, region by region, like the recognizer does
+                import phonenumbers
+
+                mins = phone_min_digits(recs[0].supported_regions)
+                self._phone = (phonenumbers, recs[0].leniency, list(mins.items()))
+            else:  # an unusual registry: scan with the analyzer, no prefilter
+                self._cands["PHONE_NUMBER"] = None
 
     # ------------------------------------------------------------------------------------------
-    def _candidates(self, arr: pa.Array) -> np.ndarray:
-        """(rows, entities) bool: which entities each document may hold."""
-        n, ents = len(arr), self.config.entities
-        out = np.ones((n, len(ents)), dtype=bool)
-        if not self.config.prefilter or n == 0:
-            return out
-        for j, e in enumerate(ents):
-            rx = self._cands[e]
-            if rx is None:
-                continue
-            m = pc.match_substring(arr, rx) if rx == "@" else pc.match_substring_regex(arr, rx)
-            out[:, j] = m.to_numpy(zero_copy_only=False)
-        return out
+    def _candidates(self, arr: pa.Array):
+        """Which documents may hold which entity: {entity: bool array} and phone regions per document."""
+        n = len(arr)
+        nonempty = pc.greater(pc.utf8_length(arr), 0).to_numpy(zero_copy_only=False)
+        prefilter = self.config.prefilter
+        cand: dict[str, np.ndarray] = {}
+        for e, rx in self._cands.items():
+            if rx is None or not prefilter:
+                cand[e] = nonempty
+            else:
+                m = pc.match_substring(arr, rx) if rx == "@" else pc.match_substring_regex(arr, rx)
+                cand[e] = m.to_numpy(zero_copy_only=False) & nonempty
+        regions: dict[str, np.ndarray] = {}
+        if self._phone is not None:
+            memo: dict[int, np.ndarray] = {}
+            for region, k in self._phone[2]:
+                if k not in memo:
+                    memo[k] = pc.match_substring_regex(arr, _digits_regex(k)).to_numpy(zero_copy_only=False) if prefilter else np.ones(n, bool)
+                regions[region] = memo[k] & nonempty
+        return cand, regions
+
+    def _has_phone(self, text: str, regions: list[str]) -> bool:
+        phonenumbers, leniency, _ = self._phone
+        for region in regions:
+            for _ in phonenumbers.PhoneNumberMatcher(text, region, leniency=leniency):
+                return True
+        return False
 
     def _analyze_chunk(self, arr: pa.Array, counters: dict[str, int]):
-        """Return (new texts for changed rows by index, detected types per row)."""
+        """Return (new texts for changed rows by index, detected types per row by index)."""
         c = self.config
-        ents = list(c.entities)
-        cand = self._candidates(arr)
-        lengths = pc.utf8_length(arr).to_numpy(zero_copy_only=False)
-        cand &= (lengths > 0)[:, None]
-        rows = np.flatnonzero(cand.any(axis=1))
+        cand, regions = self._candidates(arr)
+        any_cand = np.zeros(len(arr), dtype=bool)
+        for m in list(cand.values()) + list(regions.values()):
+            any_cand |= m
+        rows = np.flatnonzero(any_cand)
         counters["pii_candidate_docs"] += len(rows)
         if len(rows) == 0:
             return {}, {}
         texts = pc.take(arr, pa.array(rows)).to_pylist()
-        if self._needs_nlp:
-            hit_rows, hit_texts = rows, texts
-        else:
-            hit_rows, hit_texts = [], []
-            for r, t in zip(rows.tolist(), texts):
-                want = [e for e, ok in zip(ents, cand[r]) if ok]
-                if self._analyzer.analyze(t, language=c.language, entities=want, nlp_artifacts=self._empty, score_threshold=0.0):
-                    hit_rows.append(r)
-                    hit_texts.append(t)
-        counters["pii_analyzed_docs"] += len(hit_rows)
-        if not hit_rows:
-            return {}, {}
-        results = self._batch.analyze_iterator(
-            hit_texts, language=c.language, batch_size=c.batch_size, entities=ents, score_threshold=c.score_threshold
-        )
+        # scan: which entity types each candidate document holds (before context words and threshold)
+        groups: dict[tuple, list[tuple[int, str]]] = {}
+        for r, t in zip(rows.tolist(), texts):
+            if self._needs_nlp:
+                found = tuple(c.entities)
+            else:
+                want = [e for e in self._cands if cand[e][r]]
+                hits = self._analyzer.analyze(t, language=c.language, entities=want, nlp_artifacts=self._empty, score_threshold=0.0) if want else []
+                kinds = {h.entity_type for h in hits}
+                if regions and self._has_phone(t, [g for g, m in regions.items() if m[r]]):
+                    kinds.add("PHONE_NUMBER")
+                found = tuple(e for e in c.entities if e in kinds)
+            if found:
+                groups.setdefault(found, []).append((r, t))
+        counters["pii_analyzed_docs"] += sum(len(v) for v in groups.values())
         new_texts: dict[int, str] = {}
-        found: dict[int, list[str]] = {}
-        for r, t, res in zip(hit_rows, hit_texts, results):
-            if not res:
-                continue
-            out = self._anonymizer.anonymize(text=t, analyzer_results=res, operators=self._operators)
-            types = [it.entity_type for it in sorted(out.items, key=lambda it: (it.start, it.end))]
-            if out.text != t:
-                new_texts[int(r)] = out.text
-            found[int(r)] = types
-            for ty in types:
-                counters[f"pii_{ty}"] = counters.get(f"pii_{ty}", 0) + 1
-        return new_texts, found
+        types_by_row: dict[int, list[str]] = {}
+        # full analysis, only for the entity types the scan found (results are per type, so this is exact)
+        for ents, items in sorted(groups.items()):
+            results = self._batch.analyze_iterator(
+                [t for _, t in items], language=c.language, batch_size=c.batch_size, entities=list(ents), score_threshold=c.score_threshold
+            )
+            for (r, t), res in zip(items, results):
+                if not res:
+                    continue
+                out = self._anonymizer.anonymize(text=t, analyzer_results=res, operators=self._operators)
+                types = [it.entity_type for it in sorted(out.items, key=lambda it: (it.start, it.end))]
+                if out.text != t:
+                    new_texts[r] = out.text
+                types_by_row[r] = types
+                for ty in types:
+                    counters[f"pii_{ty}"] = counters.get(f"pii_{ty}", 0) + 1
+        return new_texts, types_by_row
 
     def transform(self, table: pa.Table, task: FileTask) -> Output:
         c = self.config

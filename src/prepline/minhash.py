@@ -216,7 +216,7 @@ def shingle(text: pa.Array | pa.ChunkedArray, k: int = 5, kind: str = "word") ->
     with np.errstate(over="ignore"):
         # every unit position starts a k-window (windows that run past their document are dropped)
         h = units * _SHINGLE_MUL[0]
-        for j in range(1, k):
+        for j in range(1, min(k, w)):
             h[: w - j] += units[j:] * _SHINGLE_MUL[j]
         h += _U64(k)
         # a full window starts at uoff[d] .. uoff[d+1]-k of each document with >= k units

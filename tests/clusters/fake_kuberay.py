@@ -15,7 +15,7 @@ What it does (and what it does not):
   requests. Jobs go PENDING -> RUNNING -> SUCCEEDED over ``job_steps`` status reads; an entrypoint
   containing "fail" ends FAILED with a traceback in its logs, one containing "hang" runs until
   stopped.
-* ``fail_next(...)`` injects error answers (e.g. transient 503s, optionally *after* the request
+* ``fail_first=N`` / ``fail_next(...)`` inject error answers (e.g. transient 503s, optionally *after* the request
   took effect, to mimic a lost answer); ``token=`` demands ``Authorization: Bearer <token>``;
   ``forbid`` namespaces answer 403. Every request is recorded in ``.requests``.
 """
@@ -224,7 +224,7 @@ def _grpc(code: int, message: str) -> _Reply:
 
 class FakeKubeRay:
     def __init__(self, *, ready_after: int = 2, dashboard_lag: int = 2, job_steps: int = 2, token: str | None = None,
-                 forbid: tuple = (), ray_version: str = "2.60.0"):
+                 forbid: tuple = (), ray_version: str = "2.60.0", fail_first: int = 0):
         self.ready_after, self.dashboard_lag, self.job_steps = ready_after, dashboard_lag, job_steps
         self.token, self.forbid, self.ray_version = token, set(forbid), ray_version
         self.requests: list[Recorded] = []
@@ -235,6 +235,8 @@ class FakeKubeRay:
         self.lock = threading.RLock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        if fail_first:  # the first requests meet a transient 503 (an API server restarting)
+            self.fail_next(503, count=fail_first, message="the server is restarting")
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> FakeKubeRay:

@@ -202,6 +202,9 @@ def test_retries_transient_503_then_succeeds(fake):
     p = make_provider(fake)
     assert p.create(make_spec()).name == "pl-doc-id-en-1"
     assert len(fake.calls("POST", "/rayclusters")) == 3 and len(fake.clusters) == 1
+    with FakeKubeRay(fail_first=1) as f:
+        assert make_provider(f, "v1").list() == []
+        assert [r.status for r in f.requests] == [503, 200]
 
 
 def test_honours_retry_after_on_429(fake):

@@ -286,6 +286,28 @@ def test_missing_package_names_the_install_command(tmp_path, monkeypatch):
     assert not (tmp_path / "x").exists()
 
 
+def test_composed_documents_share_at_most_one_unit():
+    import random
+
+    units = [f"line {i} " + "word " * (i % 7) for i in range(40)]
+    docs = sample._compose_units(units, 10_000, random.Random(3), set(), min_chars=60, max_chars=120,
+                                 min_units=3, max_share=0.45)
+    assert 20 < len(docs) < 10_000  # stops when the pool is used up
+    seen_pairs = set()
+    for text, key in docs:
+        parts = text.split("\n")
+        assert len(parts) >= 3 and max(map(len, parts)) <= 0.45 * (len(text) + 1)
+        ids = sorted(units.index(p) for p in parts)
+        pairs = {(a, b) for i, a in enumerate(ids) for b in ids[i + 1 :]}
+        assert not pairs & seen_pairs
+        seen_pairs |= pairs
+        assert key == sample._key(text)
+    sents = [[f"Sentence {d}.{i} is here with a few words." for i in range(6)] for d in range(30)]
+    mixed = sample._compose_chunks(sents, 200, random.Random(4), set())
+    assert len({k for _, k in mixed}) == 200
+    assert all(3 <= len(t.split("\n\n")) <= 6 and k == sample._key(t) for t, k in mixed)
+
+
 def test_checksum_helpers_reject_bad_values():
     assert luhn_ok("4111 1111 1111 1111") and not luhn_ok("4111 1111 1111 1112")
     assert iban_ok("GB82 WEST 1234 5698 7654 32") and not iban_ok("GB83 WEST 1234 5698 7654 32")

@@ -104,6 +104,14 @@ def test_same_bytes_for_one_and_two_workers(runs):
     assert runs["m1"]["finish"] == runs["m2"]["finish"]
 
 
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_runtime_gives_the_same_bytes(runs, sample, tmp_path, ray_session):
+    run(sample, tmp_path / "ray", runtime="ray", workers=2)
+    assert tree_bytes(tmp_path / "ray") == tree_bytes(runs["w1"])
+    assert tokens_tree(tmp_path / "ray") == tokens_tree(runs["w1"])
+
+
 # -- shards ---------------------------------------------------------------------------------------
 
 
@@ -337,7 +345,8 @@ def test_truncation_and_padding_in_a_tokenizer_file_are_ignored(runs, sample, tm
     tok.enable_padding(length=64, pad_id=0, pad_token=TRAINED_EOS)
     f = tmp_path / "truncating.json"
     tok.save(str(f))
-    assert len(tok.encode("a b c " * 40).ids) == 16  # the file really truncates
+    e = tok.encode("a b c " * 40)
+    assert len(e.ids) == 64 and sum(e.attention_mask) == 16  # the file really truncates and pads
     run(sample, tmp_path / "o", {"tokenizer": str(f), "write_shards": False})
     assert read_out(tmp_path / "o").column("tokens") == read_out(runs["w1"]).column("tokens")
 

@@ -265,7 +265,7 @@ class KubeRayClient:
                 params["labelSelector"] = label_selector
             if cont:
                 params["continue"] = cont
-            page = self.request("GET", f"{RAY_GROUP}/namespaces/{namespace}/rayclusters", params=params)
+            page = _dict(self.request("GET", f"{RAY_GROUP}/namespaces/{namespace}/rayclusters", params=params), "list RayClusters")
             items += page.get("items") or []
             cont = (page.get("metadata") or {}).get("continue") or ""
             if not cont:
@@ -316,7 +316,7 @@ class KubeRayClient:
         items, cont = [], ""
         while True:
             params = {"limit": str(limit), **({"continue": cont} if cont else {})}
-            page = self.request("GET", f"{V1}/namespaces/{namespace}/clusters", params=params)
+            page = _dict(self.request("GET", f"{V1}/namespaces/{namespace}/clusters", params=params), "list clusters")
             items += page.get("clusters") or []
             cont = page.get("continue") or ""
             if not cont:

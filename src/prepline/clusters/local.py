@@ -26,13 +26,8 @@ import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
-from prepline.clusters.base import TERMINAL, ClusterInfo, ClusterProvider, ClusterSpec, JobInfo
-from prepline.errors import PreplineError
+from prepline.clusters.base import TERMINAL, ClusterError, ClusterInfo, ClusterProvider, ClusterSpec, JobInfo
 from prepline.metadata import now_iso
-
-
-class ClusterError(PreplineError):
-    pass
 
 
 def state_dir() -> Path:

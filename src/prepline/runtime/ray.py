@@ -42,47 +42,60 @@ class RayExecutor:
         cpus = ray.cluster_resources().get("CPU", 1)
         self.workers = workers or max(int(cpus // cpus_per_worker), 1)
         self._actor_cls = ray.remote(_RayWorker)
+        self._actors: list = []
+
+    def _actor(self):
+        return self._actor_cls.options(num_cpus=self.cpus_per_worker).remote()
 
     def run(self, spec: WorkerSpec, tasks: list, on_result) -> bool:
+        """Actors live for the whole run (all phases); each caches one Worker per phase spec."""
         ray = self._ray
         n = min(self.workers, len(tasks))
-        actors = [self._actor_cls.options(num_cpus=self.cpus_per_worker).remote(spec) for _ in range(n)]
+        while len(self._actors) < n:
+            self._actors.append(self._actor())
+        spec_ref = ray.put(spec)
         queue = list(reversed(tasks))
         running: dict = {}
-        try:
-            for a in actors:
+        for a in self._actors[:n]:
+            if queue:
+                t = queue.pop()
+                running[a.run.remote(spec_ref, t)] = (a, t)
+        while running:
+            done, _ = ray.wait(list(running), num_returns=1)
+            for ref in done:
+                actor, t = running.pop(ref)
+                try:
+                    r = ray.get(ref)
+                except Exception as e:  # the actor died (OOM kill, node loss): replace it
+                    r = {"error": f"{getattr(t, 'path', t)}: Ray worker failed: {type(e).__name__}: {str(e)[:300]}",
+                         "fix": "check the Ray logs; give workers more memory (--cpus-per-worker) or use fewer workers"}
+                    self._actors.remove(actor)
+                    ray.kill(actor)
+                    actor = self._actor()
+                    self._actors.append(actor)
+                if not on_result(t, r):
+                    for ref2 in running:
+                        ray.cancel(ref2, force=True)
+                    return False
                 if queue:
-                    t = queue.pop()
-                    running[a.run.remote(t)] = (a, t)
-            while running:
-                done, _ = ray.wait(list(running), num_returns=1)
-                for ref in done:
-                    actor, t = running.pop(ref)
-                    try:
-                        r = ray.get(ref)
-                    except Exception as e:  # the actor died (OOM kill, node loss)
-                        r = {"error": f"{getattr(t, 'path', t)}: Ray worker failed: {type(e).__name__}: {str(e)[:300]}",
-                             "fix": "check the Ray logs; give workers more memory (--cpus-per-worker) or fewer workers"}
-                        actor = self._actor_cls.options(num_cpus=self.cpus_per_worker).remote(spec)
-                        actors.append(actor)
-                    if not on_result(t, r):
-                        return False
-                    if queue:
-                        nt = queue.pop()
-                        running[actor.run.remote(nt)] = (actor, nt)
-            return True
-        finally:
-            for a in actors:
-                ray.kill(a)
+                    nt = queue.pop()
+                    running[actor.run.remote(spec_ref, nt)] = (actor, nt)
+        return True
 
     def close(self) -> None:
+        for a in self._actors:
+            self._ray.kill(a)
+        self._actors = []
         if self._started:
             self._ray.shutdown()
 
 
 class _RayWorker:
-    def __init__(self, spec: WorkerSpec):
-        self._w = Worker(spec)
+    def __init__(self):
+        self._spec: WorkerSpec | None = None
+        self._w: Worker | None = None
 
-    def run(self, task) -> dict:
+    def run(self, spec: WorkerSpec, task) -> dict:
+        if spec != self._spec:
+            self._spec, self._w = spec, Worker(spec)
         return self._w.run(task)

