@@ -234,11 +234,81 @@ def cmd_sample(argv: list[str]) -> int:
     return 0
 
 
+def cmd_compile(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="prepline compile", description="Compile every component and pipeline into compiled/.")
+    ap.add_argument("--output", default=None, help="folder (default: the repo's compiled/)")
+    ap.add_argument("--check", action="store_true", help="only compare; exit 1 when compiled/ is stale")
+    a = ap.parse_args(argv)
+    from pathlib import Path
+
+    from prepline.kfp_cli import ROOT, sync_compiled
+
+    diffs = sync_compiled(Path(a.output) if a.output else ROOT / "compiled", check=a.check)
+    for d in diffs:
+        print(d)
+    if a.check and diffs:
+        print("error: compiled/ is stale\n  fix: run `prepline compile` and commit compiled/", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+def cmd_pipeline(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="prepline pipeline", description="List pipelines or run one locally (kfp.local + local Ray).")
+    sub = ap.add_subparsers(dest="action", required=True)
+    sub.add_parser("list", help="the pipelines (one per transform, and 'super')")
+    r = sub.add_parser("run", help="run a pipeline")
+    r.add_argument("name", help="pipeline name: a transform or 'super'")
+    r.add_argument("--local", action="store_true", required=True, help="run on this machine with kfp.local (the only mode here; use `prepline kfp run` for a KFP server)")
+    r.add_argument("--input", default=None, help="input folder of Parquet files (default: build the bundled sample)")
+    r.add_argument("--work-root", default="runs/pipeline", help="where stage outputs go (default: runs/pipeline)")
+    r.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a pipeline parameter (JSON values allowed); repeat")
+    r.add_argument("--sample-docs", type=int, default=None, help="size of the sample built when --input is not given")
+    a = ap.parse_args(argv)
+    from pathlib import Path
+
+    from prepline.kfp_cli import run_local
+
+    if a.action == "list":
+        from prepline.pipelines.factory import pipelines
+
+        for n in sorted(pipelines()):
+            print(n)
+        return 0
+    work = Path(a.work_root).resolve()
+    args: dict[str, Any] = {"work_root": str(work / "stages")}
+    if a.input:
+        args["input_path"] = str(Path(a.input).resolve()) if "://" not in a.input else a.input
+    else:
+        from prepline.sample import build_sample
+
+        sample = work / "sample"
+        if not (sample / "_truth" / "summary.json").exists():
+            info = build_sample(str(sample), docs=a.sample_docs)
+            _console().print(f"sample: {info['docs']:,} docs at {sample}")
+        args["input_path"] = str(sample)
+    for kv in a.param:
+        k, _, v = kv.partition("=")
+        if not _:
+            raise ConfigError(f"--param {kv!r} is not NAME=VALUE", "e.g. --param languages='[\"en\",\"ja\"]'")
+        try:
+            args[k] = json.loads(v)
+        except json.JSONDecodeError:
+            args[k] = v
+        if isinstance(args[k], (dict,)) or (k.endswith("_json") and not isinstance(args[k], str)):
+            args[k] = json.dumps(args[k])
+    secs = run_local(a.name, args, str(work / "kfp"))
+    _console().print(f"[bold]{a.name}[/]: succeeded in {secs:,.0f}s; stage outputs and metadata.json under {work / 'stages'}, "
+                     f"KFP task outputs and logs under {work / 'kfp'}")
+    return 0
+
+
 COMMANDS = {
     "run": (cmd_run, "run a transform over a folder of Parquet files"),
     "list": (cmd_list, "list the transforms"),
     "describe": (cmd_describe, "show a transform's parameters"),
     "sample": (cmd_sample, "build the sample corpus"),
+    "compile": (cmd_compile, "compile the KFP components and pipelines into compiled/"),
+    "pipeline": (cmd_pipeline, "list pipelines, or run one locally (kfp.local + local Ray)"),
 }
 
 

@@ -1,0 +1,115 @@
+"""Stage logic behind the KFP components, without KFP."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from prepline import stages
+from prepline.clusters import cluster_name
+from prepline.errors import ConfigError, RunFailed
+
+
+def test_prepare_paths_and_names_per_run_stage_branch(tmp_path):
+    a = stages.prepare("exact_dedup", '{"num_shards": 4}', str(tmp_path), "run-1", "exact_dedup", input_path="/data/in")
+    assert a["input_path"] == "/data/in" and a["output_path"] == f"{tmp_path}/run-1/exact_dedup"
+    assert json.loads(a["config_json"])["num_shards"] == 4
+    b = stages.prepare("filter", '{"criteria": ["1=1"]}', "s3://b/w", "run-1", "filter", branch="ja", input_stage="lang_id", input_from_split=True)
+    assert b["input_path"] == "s3://b/w/run-1/lang_id/lang=ja" and b["output_path"] == "s3://b/w/run-1/lang=ja/filter"
+    c = stages.prepare("filter", '{"criteria": ["1=1"]}', "s3://b/w", "run-1", "filter", branch="ja", input_stage="hap")
+    assert c["input_path"] == "s3://b/w/run-1/lang=ja/hap"
+    names = {stages.prepare("filter", '{"criteria": ["1=1"]}', "/w", r, "filter", branch=br, input_path="/i")["cluster_name"]
+             for r in ("run-1", "run-2") for br in ("en", "ja", "fr")}
+    assert len(names) == 6 and all(len(n) <= 63 for n in names)
+
+
+def test_overrides_per_stage(tmp_path):
+    o = json.dumps({"exact_dedup": {"params": {"num_shards": 2}, "cluster": {"workers": {"cpu": "4", "replicas": 2}}}})
+    a = stages.prepare("exact_dedup", "{}", str(tmp_path), "r", "exact_dedup", input_path="/i", overrides_json=o)
+    assert json.loads(a["config_json"])["num_shards"] == 2 and a["workers"] == 8  # derived from the cluster's CPUs
+    a = stages.prepare("exact_dedup", "{}", str(tmp_path), "r", "exact_dedup", input_path="/i",
+                       cluster_json='{"workers": {"cpu": "4", "replicas": 2}, "cpus_per_worker": 2}')
+    assert a["workers"] == 4
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(params_json='{"num_shards": 0}'), "num_shards=0 must be >= 1"),
+        (dict(params_json="{not json"), "params_json is not valid JSON"),
+        (dict(params_json="[1]"), "params_json must be a JSON dict"),
+        (dict(cluster_json='{"wrokers": {}}'), "unknown key\\(s\\) wrokers"),
+        (dict(cluster_json='{"head": {"cpus": 2}}'), "cluster_json head/workers"),
+        (dict(overrides_json='{"exact_dedup": {"parms": {}}}'), "must be an object with 'params'"),
+        (dict(work_root=""), "work_root is empty"),
+    ],
+)
+def test_bad_parameters_fail_in_prepare(kw, match):
+    args = dict(transform="exact_dedup", params_json="{}", work_root="/w", run_id="r", stage="exact_dedup", input_path="/i")
+    args.update(kw)
+    with pytest.raises(ConfigError, match=match):
+        stages.prepare(**args)
+
+
+def _meta(tmp_path, **over):
+    meta = {"status": "success", "totals": {"docs_in": 10, "docs_out": 7, "removed": {"x": 3}, "files_failed": 0, "seconds": 1.0,
+                                            "bytes_in": 1, "bytes_out": 1}}
+    meta.update(over)
+    (tmp_path / "metadata.json").write_text(json.dumps(meta))
+    return tmp_path
+
+
+def test_check_output_never_trusts_the_job(tmp_path):
+    assert stages.check_output(str(_meta(tmp_path)), 0)["totals"]["docs_out"] == 7
+    with pytest.raises(RunFailed, match="status=failed"):
+        stages.check_output(str(_meta(tmp_path, status="failed")), 0)
+    bad = {"docs_in": 10, "docs_out": 8, "removed": {"x": 3}, "files_failed": 0, "seconds": 1.0}
+    with pytest.raises(RunFailed, match="do not add up"):
+        stages.check_output(str(_meta(tmp_path, totals=bad)), 0)
+    failed = {"docs_in": 10, "docs_out": 7, "removed": {"x": 3}, "files_failed": 2, "seconds": 1.0}
+    with pytest.raises(RunFailed, match="2 files failed"):
+        stages.check_output(str(_meta(tmp_path, totals=failed)), 1)
+    with pytest.raises(RunFailed, match="wrote no metadata.json"):
+        stages.check_output(str(tmp_path / "nothing"), 0)
+
+
+def test_cluster_name_matches_between_start_and_exit_task():
+    assert stages.cluster_spec("{}", cluster_name(stages.run_key("abc/def"), "doc_id", "en")).name == cluster_name("abc-def", "doc_id", "en")
+
+
+def test_summary_markdown():
+    md = stages.summary_markdown({"status": "success", "totals": {"docs_in": 1000, "docs_out": 900, "removed": {"exact_duplicate": 100},
+                                                                   "bytes_in": 2e6, "bytes_out": 1e6, "seconds": 3}}, "exact_dedup")
+    assert "| removed: exact_duplicate | 100 |" in md and "1,000" in md
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.integration
+def test_start_execute_stop_on_a_local_ray_head(tmp_path, corpus, monkeypatch):
+    """The whole stage against a real local Ray head: job logs stream, metadata is checked,
+    a failing job fails the step, and stop leaves nothing running."""
+    monkeypatch.setenv("PREPLINE_LOCAL_CLUSTERS", str(tmp_path / "clusters"))
+    from prepline.clusters.local import LocalProvider, _members
+
+    args = dict(provider="local", provider_json='{"num_cpus": 1}', cluster_json="{}", run_id="r1", stage="doc_id", branch="")
+    prep = stages.prepare("doc_id", "{}", str(tmp_path / "w"), "r1", "doc_id", input_path=str(corpus))
+    name = stages.start(**args)
+    st = LocalProvider()._load(name)
+    try:
+        out = io.StringIO()
+        meta = stages.execute(**args, transform="doc_id", config_json=prep["config_json"], input_path=prep["input_path"],
+                              output_path=prep["output_path"], workers=1, out=out, poll=0.3)
+        assert meta["totals"]["docs_out"] == 10
+        assert "doc_id: success" in out.getvalue() or "docs in" in out.getvalue()  # the job's own summary, streamed
+        bad = tmp_path / "bad"
+        bad.mkdir()
+        (bad / "x.parquet").write_bytes(b"not parquet")
+        with pytest.raises(RunFailed, match="FAILED"):
+            stages.execute(**args, transform="doc_id", config_json=prep["config_json"], input_path=str(bad),
+                           output_path=str(tmp_path / "w" / "bad-out"), workers=1, out=io.StringIO(), poll=0.3)
+    finally:
+        assert stages.stop(**args) is True
+    assert not _members(st) and stages.stop(**args) is False

@@ -1,0 +1,93 @@
+"""compiled/ is what the sources compile to, byte for byte, and has the structure users rely on."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from google.protobuf import json_format
+from kfp.pipeline_spec import pipeline_spec_pb2
+
+from prepline import registry
+from prepline.kfp_cli import ROOT, sync_compiled
+from prepline.pipelines.factory import BRANCH_STAGES, GLOBAL_STAGES, pipelines
+
+COMPILED = ROOT / "compiled"
+
+
+def _docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _spec(path: Path) -> pipeline_spec_pb2.PipelineSpec:
+    docs = _docs(path)
+    spec = pipeline_spec_pb2.PipelineSpec()
+    json_format.ParseDict(docs[0], spec)  # strict: unknown fields fail
+    if len(docs) > 1:
+        json_format.ParseDict(docs[1], pipeline_spec_pb2.PlatformSpec())
+    return spec
+
+
+def test_compiled_is_up_to_date():
+    assert sync_compiled(COMPILED, check=True) == [], "run `prepline compile` (scripts/compile.py) and commit compiled/"
+
+
+def test_one_pipeline_per_transform_and_super():
+    stems = {p.stem for p in (COMPILED / "pipelines").glob("*.yaml")}
+    assert stems == set(registry.names()) | {"super"} == set(pipelines())
+
+
+@pytest.mark.parametrize("name", sorted(set(registry.names())))
+def test_simple_pipeline_structure(name):
+    spec = _spec(COMPILED / "pipelines" / f"{name}.yaml")
+    execs = set(spec.deployment_spec["executors"].keys())
+    assert {"exec-prepare-args", "exec-start-ray-cluster", "exec-execute-ray-job", "exec-stop-ray-cluster"} <= execs
+    root = spec.root.dag.tasks
+    exit_tasks = [t for t in root.values() if t.trigger_policy.strategy == pipeline_spec_pb2.PipelineTaskSpec.TriggerPolicy.ALL_UPSTREAM_TASKS_COMPLETED]
+    assert [t.component_ref.name for t in exit_tasks] == ["comp-stop-ray-cluster"]
+    # the exit task uses only pipeline inputs and the run-id placeholder (the ExitHandler rule)
+    stop = exit_tasks[0]
+    assert stop.inputs.parameters["run_id"].runtime_value.constant.string_value == "{{$.pipeline_job_uuid}}"
+    assert stop.inputs.parameters["stage"].runtime_value.constant.string_value == name
+    assert set(spec.root.input_definitions.parameters) >= {"input_path", "work_root", "params_json", "provider", "cluster_json", "s3_secret_name"}
+
+
+def test_super_pipeline_nests_every_stage_with_a_per_language_loop():
+    spec = _spec(COMPILED / "pipelines" / "super.yaml")
+    comps = set(spec.components.keys())
+    names = set(registry.names())
+    for s in GLOBAL_STAGES + BRANCH_STAGES:
+        if s in names:
+            assert f"comp-{s.replace('_', '-')}" in comps, s
+    text = (COMPILED / "pipelines" / "super.yaml").read_text()
+    if "lang_id" in names and set(BRANCH_STAGES) & names:
+        assert "parameterIterator" in text and "per-language" in text
+    langs = spec.root.input_definitions.parameters["languages"].default_value
+    assert [v.string_value for v in langs.list_value.values] == ["en", "ja", "fr"]
+    # every nested stage still has its exit task
+    stops = [c for c in spec.components if c.startswith("comp-stop-ray-cluster")]
+    assert len(stops) == len([s for s in GLOBAL_STAGES + BRANCH_STAGES if s in names])
+
+
+def test_secret_name_is_a_parameter_and_no_credentials_anywhere():
+    for path in COMPILED.rglob("*.yaml"):
+        text = path.read_text()
+        assert not re.search(r"AKIA[0-9A-Z]{16}", text), path  # AWS access key ids
+        assert not re.search(r"(?i)(secret_access_key|password|token)\s*[:=]\s*['\"]?[A-Za-z0-9/+]{16,}", text), path
+        assert "/work/" not in text and "/root/" not in text, f"{path}: a machine path leaked into the YAML"
+    platform = _docs(COMPILED / "pipelines" / "doc_id.yaml")[1]
+    ks = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for ex in ("exec-execute-ray-job", "exec-start-ray-cluster", "exec-stop-ray-cluster"):
+        env = ks[ex]["secretAsEnv"][0]
+        assert env["secretNameParameter"]["componentInputParameter"] in ("s3_secret_name", "pipelinechannel--s3_secret_name")
+        assert env["optional"] is True
+
+
+def test_components_load_back():
+    from kfp import components
+
+    for path in (COMPILED / "components").glob("*.yaml"):
+        comp = components.load_component_from_file(str(path))
+        assert comp.name.replace("-", "_") == path.stem
