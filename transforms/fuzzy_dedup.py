@@ -48,7 +48,9 @@ from prepline.transform import Column, FileTask, Output, Phase, Transform
 REASON = "near_duplicate"
 REASON_UNIQUE = "not_near_duplicate"
 ALL_PAIRS_MAX = 16  # buckets up to this size give all their pairs for verification
-BATCH_BYTES = 8 << 20  # text per shingling batch (a longer document is a batch of its own)
+# text per shingling batch (a longer document is a batch of its own): about 40 bytes of
+# temporaries per byte of text for words, more for characters (one unit per character)
+BATCH_BYTES = {"word": 8 << 20, "char": 2 << 20}
 PAIR_BATCH = 4 << 20  # shingle values per batch of the vectorised Jaccard
 CLUSTERS = "clusters.parquet"
 
@@ -105,9 +107,9 @@ class FuzzyDedupConfig(TransformConfig):
 
 def _part(ids: np.ndarray, shards: int) -> np.ndarray:
     """Shard of each id (a hash, so consecutive ids spread over the shards)."""
-    from prepline.minhash import _splitmix
+    from prepline.minhash import mix64
 
-    return (_splitmix(ids.astype(np.int64).view(np.uint64).copy()) % np.uint64(shards)).astype(np.int64)
+    return (mix64(ids.astype(np.int64).view(np.uint64)) % np.uint64(shards)).astype(np.int64)
 
 
 def _split_by(table: pa.Table, shard: np.ndarray) -> list[tuple[int, pa.Table]]:
@@ -340,7 +342,7 @@ class FuzzyDedup(Transform):
         out, lo = [], 0
         while lo < n:
             base = cum[lo - 1] if lo else 0
-            hi = int(np.searchsorted(cum, base + BATCH_BYTES, side="right"))
+            hi = int(np.searchsorted(cum, base + BATCH_BYTES[self.config.shingle_type], side="right"))
             hi = max(hi, lo + 1)
             out.append((lo, hi))
             lo = hi

@@ -142,6 +142,12 @@ def _make_engine_class():
         def __init__(self, language: str, model: str):
             super().__init__(models=[{"lang_code": language, "model_name": model or "blank"}])
             self.language, self.model = language, model
+            self.context_words: frozenset[str] = frozenset()
+
+        def is_stopword(self, word: str, language: str) -> bool:
+            # spaCy's stop list holds context words such as 'call'; Presidio drops stop words before it
+            # looks for context, so 'Call 555-...' would never be boosted
+            return word not in self.context_words and super().is_stopword(word, language)
 
         def load(self) -> None:
             if self.model:
@@ -221,6 +227,7 @@ def build_analyzer(language: str, spacy_model: str = "", phone_regions: list[str
             r.global_regex_flags = regex.DOTALL | regex.MULTILINE
         elif isinstance(r, PhoneRecognizer):
             r.supported_regions = tuple(phone_regions)
+    engine.context_words = frozenset(w.lower() for r in registry.recognizers for w in (r.context or ()))
     analyzer = AnalyzerEngine(registry=registry, nlp_engine=engine, supported_languages=[language])
     return analyzer, engine, ner_entities
 

@@ -302,12 +302,56 @@ def cmd_pipeline(argv: list[str]) -> int:
     return 0
 
 
+def cmd_clusters(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="prepline clusters", description="List or sweep prepline's Ray clusters (leftovers of killed runs).")
+    ap.add_argument("action", choices=("list", "sweep"))
+    ap.add_argument("--provider", default="local", choices=("local", "kuberay"))
+    ap.add_argument("--provider-json", default="{}", help='provider options, e.g. {"server": "http://kuberay-apiserver:8888"}')
+    ap.add_argument("--namespace", default="default")
+    ap.add_argument("--older-than", type=float, default=6.0, help="sweep: only clusters created more than this many hours ago (default 6)")
+    ap.add_argument("--run", default=None, help="only clusters of this run id")
+    ap.add_argument("--dry-run", action="store_true", help="sweep: say what would be deleted")
+    a = ap.parse_args(argv)
+    import datetime as dt
+
+    from prepline.clusters import get_provider
+    from prepline.clusters.base import LABEL_MANAGED, LABEL_RUN
+    from prepline.stages import run_key
+
+    try:
+        opts = json.loads(a.provider_json)
+    except json.JSONDecodeError:
+        raise ConfigError("--provider-json is not valid JSON", '--provider-json \'{"server": "http://host:8888"}\'') from None
+    p = get_provider(a.provider, **opts)
+    labels = {LABEL_MANAGED: "true", **({LABEL_RUN: run_key(a.run)} if a.run else {})}
+    clusters = p.list(a.namespace, labels)
+    now = dt.datetime.now(dt.timezone.utc)
+    rc = 0
+    for c in clusters:
+        age_h = (now - dt.datetime.fromisoformat(c.created)).total_seconds() / 3600 if c.created else float("inf")
+        line = f"{c.name}\t{c.state}\t{age_h:.1f}h\trun={c.labels.get(LABEL_RUN, '?')}"
+        if a.action == "sweep" and age_h >= a.older_than:
+            if a.dry_run:
+                print("would delete\t" + line)
+            else:
+                try:
+                    p.delete(c.name, c.namespace)
+                    print("deleted\t" + line)
+                except PreplineError as e:
+                    print(f"error: could not delete {c.name}: {e.message}", file=sys.stderr)
+                    rc = EXIT_FAILED
+        elif a.action == "list":
+            print(line)
+    return rc
+
+
 COMMANDS = {
     "run": (cmd_run, "run a transform over a folder of Parquet files"),
     "list": (cmd_list, "list the transforms"),
     "describe": (cmd_describe, "show a transform's parameters"),
     "sample": (cmd_sample, "build the sample corpus"),
     "compile": (cmd_compile, "compile the KFP components and pipelines into compiled/"),
+    "clusters": (cmd_clusters, "list or sweep leftover Ray clusters by label and age"),
     "pipeline": (cmd_pipeline, "list pipelines, or run one locally (kfp.local + local Ray)"),
 }
 

@@ -43,6 +43,7 @@ __all__ = [
     "set_jaccard",
     "lsh_probability",
     "permutations",
+    "mix64",
 ]
 
 _U64 = np.uint64
@@ -57,6 +58,11 @@ def _splitmix(x: np.ndarray) -> np.ndarray:
     x *= _U64(0x94D049BB133111EB)
     x ^= x >> _U64(31)
     return x
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """A well-mixed 64-bit hash of each uint64 (SplitMix64's finaliser), as a new array."""
+    return _splitmix(np.array(x, dtype=np.uint64, copy=True))
 
 
 def _random_u64(n: int, salt: int, odd: bool = False) -> np.ndarray:

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from prepline.cli import main
 from prepline.clusters import ClusterSpec, cluster_name
 from prepline.clusters.base import TERMINAL
 from prepline.clusters.local import LocalProvider, state_dir
@@ -40,7 +41,7 @@ def test_two_heads_at_once_each_run_a_job_and_stop_cleanly(tmp_path, monkeypatch
     names = [cluster_name("run-1", "doc_id", "en"), cluster_name("run-1", "doc_id", "ja")]
     try:
         for n in names:
-            p.create(ClusterSpec(name=n, labels={"prepline.dev/run": "run-1"}))
+            p.create(ClusterSpec(name=n, labels={"prepline.dev/run": "run-1", "prepline.dev/managed": "true"}))
         infos = [p.wait_ready(n) for n in names]
         assert len({i.job_address for i in infos}) == 2 and all(i.job_address.startswith("http://127.0.0.1:") for i in infos)
         jobs = [p.submit_job(n, "default", f"python -c \"import sys; print('hello from', sys.executable)\"") for n in names]
@@ -55,6 +56,10 @@ def test_two_heads_at_once_each_run_a_job_and_stop_cleanly(tmp_path, monkeypatch
         ours = [l for l in ss.splitlines() if any(f"pid={pid}," in l for pid in _ray_pids() - before)]
         loopback = re.compile(r"^(127\.0\.0\.1|\[::ffff:127\.0\.0\.1\]|\[::1\]):\d+$")
         assert ours and all(loopback.match(l.split()[3]) for l in ours), ours
+        # the sweep (for runs killed before their exit task) finds them by label and deletes them
+        assert main(["clusters", "sweep", "--older-than", "0", "--run", "run-2"]) == 0 and len(p.list()) == 2
+        assert main(["clusters", "sweep", "--older-than", "0", "--run", "run-1"]) == 0
+        assert p.list() == []
     finally:
         for n in names:
             p.delete(n)

@@ -198,7 +198,7 @@ class LocalProvider(ClusterProvider):
         pids = _members(st)
         if pids:
             _kill(pids, signal.SIGTERM)
-            deadline = time.time() + 5
+            deadline = time.time() + 2
             while _members(st) and time.time() < deadline:
                 time.sleep(0.2)
             _kill(_members(st), signal.SIGKILL)
