@@ -92,7 +92,7 @@ MAX_TOP_NGRAM = (0.20, 0.18, 0.16)
 MIN_HIRAGANA = 0.1  # ja only
 MAX_SENTENCE_CHARS = 200.0  # ja/zh: mean characters per sentence
 
-CHUNK_BYTES = 32 << 20
+CHUNK_BYTES = 8 << 20  # text per chunk: bounds the flattened token arrays (~250 MB peak)
 CHUNK_ROWS = 65536
 
 # reason name -> bit

@@ -141,6 +141,8 @@ _WS_CHARS = [chr(c) for c in (*range(9, 14), *range(28, 33), 0x85, 0xA0, 0x1680,
                               0x2028, 0x2029, 0x202F, 0x205F, 0x3000)]
 _WS_CODES = np.array(sorted(int.from_bytes(c.encode(), "little") for c in _WS_CHARS), dtype=np.uint64)
 _SPACE = _U64(32)
+_ASCII_WS = np.zeros(256, dtype=bool)
+_ASCII_WS[[*range(9, 14), *range(28, 33)]] = True
 
 
 def _char_units(low: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -151,27 +153,47 @@ def _char_units(low: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     n = len(offsets) - 1
     if len(data) == 0:
         return np.zeros(0, dtype=np.uint64), np.zeros(n + 1, dtype=np.int64)
-    cstart = np.flatnonzero((data & 0xC0) != 0x80)
-    clen = np.diff(np.append(cstart, len(data)))
-    val = data[cstart].astype(np.uint64)
-    for j in (1, 2, 3):  # continuation bytes
-        more = np.flatnonzero(clen > j)
-        if len(more):
-            val[more] |= data[cstart[more] + j].astype(np.uint64) << _U64(8 * j)
-    ws = np.isin(val, _WS_CODES)
-    val[ws] = _SPACE
-    cdoc = np.searchsorted(offsets, cstart, side="right") - 1
-    # a white-space run becomes one space when a non-white-space character of the same
-    # document comes before it and after it; otherwise (leading, trailing) it is dropped
-    after_char = np.zeros(len(val), dtype=bool)
-    after_char[1:] = ~ws[:-1] & (cdoc[1:] == cdoc[:-1])
-    first = np.flatnonzero(ws & after_char)
-    chars = np.flatnonzero(~ws)
-    nxt = np.searchsorted(chars, first)
-    ok = nxt < len(chars)
-    ok[ok] = cdoc[chars[nxt[ok]]] == cdoc[first[ok]]
+    is_start = (data & 0xC0) != 0x80  # the first byte of a character
+    cstart = np.flatnonzero(is_start)
+    nchar = len(cstart)
+    # characters per document, and each character's document
+    before = np.zeros(len(data) + 1, dtype=np.int64)
+    np.cumsum(is_start, out=before[1:])
+    coff = before[offsets]
+    cdoc = np.repeat(np.arange(n), np.diff(coff))
+    # pack the (1 to 4) bytes of each character into one integer
+    padded = np.concatenate([data, np.zeros(3, dtype=np.uint8)])
+    clen = np.empty(nchar, dtype=np.int64)
+    clen[:-1] = np.diff(cstart)
+    clen[-1] = len(data) - cstart[-1]
+    val = padded[cstart].astype(np.uint64)
+    multi = np.flatnonzero(clen > 1)
+    if len(multi):
+        ms, ml = cstart[multi], clen[multi]
+        v = val[multi]
+        for j in (1, 2, 3):
+            v |= np.where(ml > j, padded[ms + j], 0).astype(np.uint64) << _U64(8 * j)
+        val[multi] = v
+    # white space (as Python's str.isspace): ASCII by table, the rest among the multi-byte ones
+    ws = _ASCII_WS[np.minimum(val, 255)] & (val < 128)
+    if len(multi):
+        v = val[multi]
+        i = np.minimum(np.searchsorted(_WS_CODES, v), len(_WS_CODES) - 1)
+        ws[multi] = _WS_CODES[i] == v
+    # a white-space run becomes one space when it has a character of the same document on
+    # both sides; leading and trailing runs are dropped
+    same_next = np.zeros(nchar, dtype=bool)
+    same_next[:-1] = cdoc[1:] == cdoc[:-1]
+    ws_next = np.zeros(nchar, dtype=bool)
+    ws_next[:-1] = ws[1:] & same_next[:-1]
+    ws_prev = np.zeros(nchar, dtype=bool)
+    ws_prev[1:] = ws[:-1] & same_next[:-1]
+    first = np.flatnonzero(ws & ~ws_prev)  # runs, in order
+    last = np.flatnonzero(ws & ~ws_next)
+    inner = (first > coff[cdoc[first]]) & same_next[last]  # not at the start, not at the end
     keep = ~ws
-    keep[first[ok]] = True
+    keep[first[inner]] = True
+    val[ws] = _SPACE
     val, cdoc = val[keep], cdoc[keep]
     counts = np.bincount(cdoc, minlength=n)
     unit_offsets = np.zeros(n + 1, dtype=np.int64)

@@ -1,0 +1,53 @@
+"""Pipelines run end to end on this machine: kfp.local + a real local Ray head per stage."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import write_parquet
+
+
+def _run(args: list[str], env: dict, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "prepline.cli", *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def _clusters_left(state: Path) -> list[str]:
+    return sorted(p.stem for p in state.glob("*.json")) if state.exists() else []
+
+
+@pytest.fixture
+def env(tmp_path):
+    e = dict(os.environ, PREPLINE_LOCAL_CLUSTERS=str(tmp_path / "clusters"), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+    return e
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.integration
+def test_simple_pipeline_runs_locally(tmp_path, corpus, env):
+    r = _run(["pipeline", "run", "doc_id", "--local", "--input", str(corpus), "--work-root", str(tmp_path / "w")], env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    metas = list((tmp_path / "w" / "stages").rglob("doc_id/metadata.json"))
+    assert len(metas) == 1 and json.loads(metas[0].read_text())["totals"]["docs_out"] == 10
+    assert _clusters_left(tmp_path / "clusters") == []
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.integration
+def test_failing_stage_still_stops_its_cluster_and_fails_the_run(tmp_path, env):
+    bad = tmp_path / "in"
+    write_parquet(bad, "ok.parquet", {"contents": ["fine"]})
+    (bad / "broken.parquet").write_bytes(b"PAR1 this is not parquet")
+    r = _run(["pipeline", "run", "doc_id", "--local", "--input", str(bad), "--work-root", str(tmp_path / "w")], env)
+    assert r.returncode != 0
+    out = r.stdout + r.stderr
+    assert "broken.parquet" in out and "not a readable Parquet file" in out  # the stage's own error reaches the user
+    assert "stop-ray-cluster" in out and "deleted" in out  # the exit task ran
+    assert _clusters_left(tmp_path / "clusters") == []
