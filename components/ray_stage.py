@@ -30,15 +30,17 @@ def prepare_args(
     input_stage: str,
     input_from_split: bool,
     cluster_json: str,
+    run_id_override: str = "",
 ) -> NamedTuple("PreparedStage", [("config_json", str), ("input_path", str), ("output_path", str), ("cluster_name", str), ("workers", int)]):
     """Validate the stage's parameters (a bad one fails here, before any cluster starts) and compute
-    its input and output paths and cluster name from the run id, the stage and the branch."""
+    its input and output paths and cluster name from the run id, the stage and the branch
+    (paths from ``run_id_override`` instead when it is set: a chained child run writes under its parent's run)."""
     from collections import namedtuple
 
     from prepline.stages import prepare
 
     r = prepare(transform, params_json, work_root, run_id, stage, branch, input_path, input_stage, input_from_split,
-                cluster_json, overrides_json)
+                cluster_json, overrides_json, run_id_override)
     out = namedtuple("PreparedStage", ["config_json", "input_path", "output_path", "cluster_name", "workers"])
     return out(r["config_json"], r["input_path"], r["output_path"], r["cluster_name"], r["workers"])
 

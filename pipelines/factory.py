@@ -40,6 +40,7 @@ COMMON_PARAMS = """
     timeout_seconds: Maximum run time of the Ray job.
     start_timeout_seconds: Maximum time to wait for the cluster to accept jobs.
     s3_secret_name: Kubernetes secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and optionally PREPLINE_S3_ENDPOINT) for the steps.
+    run_id: Run id under which the stage's paths are derived ('' = this run's own id); the SDK-chained super pipeline passes its run id so every child run writes under the parent's work folder.
 """
 
 
@@ -79,17 +80,18 @@ def simple_pipeline(transform: str):
         timeout_seconds: int = 86400,
         start_timeout_seconds: int = 900,
         s3_secret_name: str = DEFAULT_S3_SECRET,
+        run_id: str = "",
     ):
-        run_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+        job_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
         common = dict(provider=provider, provider_json=provider_json, cluster_json=cluster_json, overrides_json=overrides_json,
-                      run_id=run_id, stage=transform, branch=branch)
+                      run_id=job_id, stage=transform, branch=branch)
         stop = stop_ray_cluster(**common).set_display_name(f"stop cluster ({transform})")
         _with_s3_secret(stop, s3_secret_name)
         with dsl.ExitHandler(stop, name=f"{stage_component_name(transform)}-stage"):
             prep = prepare_args(
-                transform=transform, params_json=params_json, overrides_json=overrides_json, work_root=work_root, run_id=run_id,
+                transform=transform, params_json=params_json, overrides_json=overrides_json, work_root=work_root, run_id=job_id,
                 stage=transform, branch=branch, input_path=input_path, input_stage=input_stage,
-                input_from_split=input_from_split, cluster_json=cluster_json,
+                input_from_split=input_from_split, cluster_json=cluster_json, run_id_override=run_id,
             ).set_display_name(f"prepare {transform}")
             start = start_ray_cluster(**common, timeout_seconds=start_timeout_seconds).after(prep)
             start.set_display_name(f"start cluster ({transform})")

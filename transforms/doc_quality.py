@@ -73,6 +73,7 @@ PUNCT = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~«»“”‘’„‚¿¡…–—·
 
 BULLET_RE = r"^(?:[•‣⁃◦▪▫●○■□►▶▸➢➤✓✔✗✘☐☑*·]|-(?:\s|$)|–\s)"
 ELLIPSIS_LINE_RE = r"(?:\.\.\.|…|・・・)$"
+SYMBOL_RE = r"#|\.\.\.|…|・・・"
 SENTENCE_END_RE = r"[。！？!?．]+|\n+"
 
 # Gopher thresholds (Rae et al. 2021, appendix A) for the word rules; ours for the character rules.
@@ -206,7 +207,7 @@ def measure(text: pa.Array, rules: np.ndarray, config: DocQualityConfig) -> dict
     dup_chars = ts.per_doc(ln_, dup, weights=ln_.lengths)
     line_chars = ts.per_doc(ln_, weights=ln_.lengths)
 
-    symbols = sum(pc.count_substring(text, s).to_numpy(zero_copy_only=False).astype(np.int64) for s in ("#", "...", "…", "・・・"))
+    symbols = pc.count_substring_regex(text, SYMBOL_RE).to_numpy(zero_copy_only=False).astype(np.int64)
 
     out: dict[str, np.ndarray] = {
         "chars": chars,

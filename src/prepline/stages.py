@@ -78,23 +78,29 @@ def prepare(
     input_from_split: bool = False,
     cluster_json: str = "",
     overrides_json: str = "",
+    run_id_override: str = "",
 ) -> dict:
     """Validate everything a stage needs before any cluster starts; return its plan.
 
     Input: ``input_path`` for a first stage; else the output of ``input_stage`` in this run (in
     the same branch), or with ``input_from_split`` its ``lang=<branch>`` sub-folder (the stage
     after lang_id's split).
+
+    ``run_id_override`` (when not empty) replaces ``run_id`` in the input and output paths only: a
+    stage started as a child run of an SDK-chained super pipeline reads and writes under its
+    parent's work folder, while its cluster keeps a name derived from its own run id.
     """
     if not work_root:
         raise ConfigError("work_root is empty", "pass the folder or s3:// URI where stage outputs go")
     params = {**_json("params_json", params_json, {}), **stage_overrides(overrides_json, stage)[0]}
     cfg = registry.get(transform).Config.from_params(params)  # a bad parameter fails here
     cluster_json = _merged_cluster(cluster_json, overrides_json, stage)
+    data_run = run_id_override or run_id
     if input_stage:
         if input_from_split:
-            src = f"{stage_output(work_root, run_id, input_stage)}/lang={branch}"
+            src = f"{stage_output(work_root, data_run, input_stage)}/lang={branch}"
         else:
-            src = stage_output(work_root, run_id, input_stage, branch)
+            src = stage_output(work_root, data_run, input_stage, branch)
     elif input_path:
         src = input_path
     else:
@@ -104,7 +110,7 @@ def prepare(
         "transform": transform,
         "config_json": json.dumps(cfg.to_dict(), sort_keys=True, default=list),
         "input_path": src,
-        "output_path": stage_output(work_root, run_id, stage, branch),
+        "output_path": stage_output(work_root, data_run, stage, branch),
         "cluster_name": spec.name,
         "workers": workers_for(spec, _json("cluster_json", cluster_json, {}).get("cpus_per_worker", 1.0)),
     }
