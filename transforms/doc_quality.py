@@ -193,10 +193,7 @@ def measure(text: pa.Array, rules: np.ndarray, config: DocQualityConfig) -> dict
     bad = ts.per_doc(w, pc.is_in(trimmed, value_set=pa.array(BAD_WORDS)))
 
     ids = pc.dictionary_encode(w.values).indices.to_numpy()
-    top = {}
-    for k in TOP_NGRAMS:
-        cnt, ln = ts.top_ngram(ids, w, k)
-        top[k] = np.minimum(_ratio(np.where(cnt >= 2, cnt * ln, 0), chars), 1.0)
+    top = {k: np.minimum(_ratio(np.where(cnt >= 2, cnt * ln, 0), chars), 1.0) for k, (cnt, ln) in ts.top_ngrams(ids, w, TOP_NGRAMS).items()}
 
     ln_ = ts.lines(text)
     n_lines = ln_.counts
@@ -248,8 +245,9 @@ def measure(text: pa.Array, rules: np.ndarray, config: DocQualityConfig) -> dict
                 present = sum((pc.count_substring(sub, p).to_numpy(zero_copy_only=False) > 0).astype(np.int64) for p in plist)
                 part[mine] = present[mine]
         out["stop_words"][rows] = part
+        char_top = ts.top_ngrams(cp, c, TOP_NGRAM_CHARS)
         for k, kc in zip(TOP_NGRAMS, TOP_NGRAM_CHARS):
-            cnt, ln = ts.top_ngram(cp, c, kc)
+            cnt, ln = char_top[kc]
             out[f"top_{k}gram_frac"][rows] = np.minimum(_ratio(np.where(cnt >= 2, cnt * ln, 0), nchar), 1.0)
         hira = ts.per_doc(c, (cp >= 0x3041) & (cp <= 0x309F))
         is_ja = sub_rules == RULE_SETS.index("ja")
@@ -379,7 +377,6 @@ class DocQuality(Transform):
         else:
             m = measure(text, rules, c)
         fails = m.pop("_fails")
-        types = {name: typ for name, typ, _ in MEASURES}
         for name, typ, _ in MEASURES:
             if name == "rules":
                 col = pa.array(RULE_SETS, pa.string()).take(pa.array(rules))
@@ -387,7 +384,7 @@ class DocQuality(Transform):
                 col = pa.array(fails == 0, pa.bool_())
             elif name == "gopher_reasons":
                 col = reasons_array(fails) if len(fails) else pa.array([], pa.string())
-            elif types[name] == "float64":
+            elif typ == "float64":
                 v = m[name]
                 col = pa.array(v, pa.float64(), mask=np.isnan(v)) if np.isnan(v).any() else pa.array(v, pa.float64())
             else:

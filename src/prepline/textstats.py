@@ -26,6 +26,7 @@ __all__ = [
     "codepoints",
     "per_doc",
     "top_ngram",
+    "top_ngrams",
     "duplicates",
     "WHITESPACE_CODEPOINTS",
 ]
@@ -162,41 +163,53 @@ def top_ngram(ids: np.ndarray, tokens: Tokens, n: int) -> tuple[np.ndarray, np.n
     n-grams of one document are merged with probability about (#n-grams)^2 / 2^33, and one
     occurrence's length is capped at 1023 characters.
     """
+    return top_ngrams(ids, tokens, (n,))[n]
+
+
+def top_ngrams(ids: np.ndarray, tokens: Tokens, ns: tuple[int, ...]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """:func:`top_ngram` for several ``n`` at once (the rolling hash and offsets are shared)."""
     n_docs = tokens.n_docs
     if n_docs >= MAX_DOCS_PER_CALL:
         raise ValueError(f"top_ngram handles at most {MAX_DOCS_PER_CALL - 1} documents per call")
     total = len(ids)
-    count = np.zeros(n_docs, dtype=np.int64)
-    chars = np.zeros(n_docs, dtype=np.int64)
-    if total < n:
-        return count, chars
+    out = {}
     ends = np.repeat(tokens.starts[1:], tokens.counts)
-    m = total - n + 1
-    valid = (np.arange(m) + n) <= ends[:m]
-    if not valid.any():
-        return count, chars
-    u = ids.astype(np.uint64) + np.uint64(1)
-    with np.errstate(over="ignore"):
-        h = u[:m] * _MUL
-        for k in range(1, n):
-            h = _mix(h ^ u[k : k + m]) * _MUL
-        h = _mix(h)
+    pos = np.arange(total)
     cs = np.zeros(total + 1, dtype=np.int64)
     np.cumsum(tokens.lengths, out=cs[1:])
-    glen = np.minimum(cs[n : n + m] - cs[:m], 1023).astype(np.uint64)
-    key = (tokens.doc[:m].astype(np.uint64) << _DOC_SHIFT) | ((h >> np.uint64(32)) << _HASH_SHIFT) | glen
-    key = np.sort(key[valid])
-    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    runs = np.diff(np.r_[first, len(key)])
-    rkey = key[first]
-    rdoc = (rkey >> _DOC_SHIFT).astype(np.int64)
-    score = runs.astype(np.int64) * 1024 + (rkey & _LEN_MASK).astype(np.int64)
-    dstart = np.flatnonzero(np.r_[True, rdoc[1:] != rdoc[:-1]])
-    best = np.maximum.reduceat(score, dstart)
-    docs = rdoc[dstart]
-    count[docs] = best >> 10
-    chars[docs] = best & 1023
-    return count, chars
+    docbits = tokens.doc.astype(np.uint64) << _DOC_SHIFT
+    u = ids.astype(np.uint64) + np.uint64(1)
+    h = u.copy()  # polynomial rolling hash of the n tokens starting at each position
+    done = 1
+    for n in sorted(ns):
+        count = np.zeros(n_docs, dtype=np.int64)
+        chars = np.zeros(n_docs, dtype=np.int64)
+        out[n] = (count, chars)
+        m = total - n + 1
+        if m <= 0:
+            continue
+        with np.errstate(over="ignore"):
+            while done < n:
+                h = h[: total - done] * _MUL + u[done:]
+                done += 1
+            hm = _mix(h[:m])
+        valid = (pos[:m] + n) <= ends[:m]
+        if not valid.any():
+            continue
+        glen = np.minimum(cs[n : n + m] - cs[:m], 1023).astype(np.uint64)
+        key = docbits[:m] | ((hm >> np.uint64(32)) << _HASH_SHIFT) | glen
+        key = np.sort(key[valid])
+        first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        runs = np.diff(np.r_[first, len(key)])
+        rkey = key[first]
+        rdoc = (rkey >> _DOC_SHIFT).astype(np.int64)
+        score = runs.astype(np.int64) * 1024 + (rkey & _LEN_MASK).astype(np.int64)
+        dstart = np.flatnonzero(np.r_[True, rdoc[1:] != rdoc[:-1]])
+        best = np.maximum.reduceat(score, dstart)
+        docs = rdoc[dstart]
+        count[docs] = best >> 10
+        chars[docs] = best & 1023
+    return out
 
 
 def duplicates(ids: np.ndarray, tokens: Tokens) -> np.ndarray:

@@ -286,3 +286,10 @@ def test_bad_input_and_parameters(tmp_path):
                          ({"default_lang": ""}, "default_lang"), ({"lang_column": "contents"}, "lang_column")]:
         with pytest.raises(ConfigError, match=word):
             registry.build("doc_quality", params)
+
+
+def test_docs_page_has_the_generated_parameter_table():
+    from prepline.cli import describe_markdown
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "transforms" / "doc_quality.md").read_text()
+    assert describe_markdown("doc_quality") in page

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -99,14 +98,15 @@ def test_newlines_long_documents_and_truncation():
     para = ("Le conseil municipal a voté mardi soir le budget de la commune pour l'année prochaine, "
             "après un long débat sur les écoles et les transports.\n")
     huge = para * (1_100_000 // len(para))  # > 1 MB, many lines
-    table = pa.table({"contents": [huge, "line one of english text\nand the second line of it\n\n"]})
+    padded = " \n" * 1500 + "Het kabinet heeft vandaag het plan voor de nieuwe spoorlijn gepresenteerd."
+    table = pa.table({"contents": [huge, "line one of english text\nand the second line of it\n\n", padded]})
     res = tf.transform(table, FileTask("m", "m", 0)).parts[""]
     assert len(huge.encode()) > 1_000_000
-    assert res["lang"].to_pylist() == ["fr", "en"]
+    assert res["lang"].to_pylist() == ["fr", "en", "nl"]  # the 1000 characters start after leading white space
     whole = registry.build("lang_id", {"max_chars": 0})
     whole._model = tf._model
     res0 = whole.transform(table, FileTask("m", "m", 0)).parts[""]
-    assert res0["lang"].to_pylist() == ["fr", "en"]
+    assert res0["lang"].to_pylist() == ["fr", "en", "nl"]
 
 
 def test_min_score_marks_und_but_keeps_the_score():
@@ -128,7 +128,7 @@ def test_same_as_raw_fasttext_predict(lid_sample):
     f = sorted(lid_sample.glob("*.parquet"))[0]
     table = pq.read_table(f)
     res = tf.transform(table, FileTask(str(f), f.name, 0)).parts[""]
-    texts = [t[:1000].replace("\n", " ") for t in table["contents"].to_pylist()]
+    texts = [t.lstrip()[:1000].replace("\n", " ") for t in table["contents"].to_pylist()]
     labels, probs = tf._model.predict(texts, k=1)
     want_score = [0.0 if not t.strip() else round(min(float(p[0]), 1.0), 4) for t, p in zip(texts, probs)]
     want = ["und" if not t.strip() or s < 0.25 else lab[0].removeprefix("__label__") for t, lab, s in zip(texts, labels, want_score)]
@@ -238,3 +238,10 @@ def test_model_from_s3(s3_bucket, tmp_path):
     assert read_dir(tmp_path / "o")["lang"].to_pylist() == ["de", "ja"]
     with pytest.raises(ConfigError, match="does not exist"):
         run_transform("lang_id", {"model_path": f"s3://{s3_bucket}/models/missing.ftz"}, RunOptions(str(src), str(tmp_path / "o2"), progress=False))
+
+
+def test_docs_page_has_the_generated_parameter_table():
+    from prepline.cli import describe_markdown
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "transforms" / "lang_id.md").read_text()
+    assert describe_markdown("lang_id") in page
