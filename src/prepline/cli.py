@@ -345,6 +345,13 @@ def cmd_clusters(argv: list[str]) -> int:
     return rc
 
 
+def cmd_kfp(argv: list[str]) -> int:
+    """``prepline kfp upload|run|clone|wait|terminate|list|logs`` (see prepline.kfp_client); its own exit codes."""
+    from prepline.kfp_client import main as kfp_main
+
+    return kfp_main(argv)
+
+
 COMMANDS = {
     "run": (cmd_run, "run a transform over a folder of Parquet files"),
     "list": (cmd_list, "list the transforms"),
@@ -353,6 +360,7 @@ COMMANDS = {
     "compile": (cmd_compile, "compile the KFP components and pipelines into compiled/"),
     "clusters": (cmd_clusters, "list or sweep leftover Ray clusters by label and age"),
     "pipeline": (cmd_pipeline, "list pipelines, or run one locally (kfp.local + local Ray)"),
+    "kfp": (cmd_kfp, "operate a KFP server: upload, run, clone, wait, list, logs (CI-friendly, --json)"),
 }
 
 

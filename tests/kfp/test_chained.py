@@ -1,0 +1,366 @@
+"""The SDK-chained super pipeline and its run_pipeline component.
+
+Structure: the compiled YAML, parsed strictly with pipeline_spec_pb2. Behaviour: the compiled DAG
+is walked the way the KFP driver would (stage order, ParallelFor items, constants, the run-id
+placeholder) and each step's run_pipeline body runs against the local fake KFP server, which
+records the child runs. Verified against the fake only, not a live KFP."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from google.protobuf import json_format
+from kfp.pipeline_spec import pipeline_spec_pb2
+
+from prepline import kfp_client as K
+from prepline.components.run_pipeline import run_pipeline
+from prepline.errors import ConfigError, RunFailed
+from prepline.kfp_cli import ROOT
+from prepline.pipelines.factory import DEFAULT_LANGUAGES, default_overrides, stage_component_name, super_stages
+from prepline.stages import prepare, stage_output
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fake_kfp_server import FakeKfp  # noqa: E402
+
+COMPILED = ROOT / "compiled" / "pipelines"
+CHAINED = COMPILED / "super_chained.yaml"
+SHARED = {"input_path", "work_root", "overrides_json", "provider", "provider_json", "cluster_json", "max_failed_files",
+          "timeout_seconds", "start_timeout_seconds", "s3_secret_name"}
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch, tmp_path):
+    import kfp
+
+    for k in (K.ENV_ENDPOINT, K.ENV_TOKEN, K.ENV_TOKEN_FILE, K.ENV_UI_ENDPOINT, "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(kfp.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "kfp-context.json"))
+    monkeypatch.setattr(K, "SA_TOKEN_PATH", str(tmp_path / "no-sa-token"))
+
+
+def _docs(path: Path) -> list[dict]:
+    return [d for d in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d]
+
+
+def _spec(path: Path) -> pipeline_spec_pb2.PipelineSpec:
+    docs = _docs(path)
+    spec = pipeline_spec_pb2.PipelineSpec()
+    json_format.ParseDict(docs[0], spec)
+    json_format.ParseDict(docs[1], pipeline_spec_pb2.PlatformSpec())
+    return spec
+
+
+def _order(tasks) -> list[str]:
+    """Task names in dependency order (ties by name)."""
+    done, out = set(), []
+    while len(out) < len(tasks):
+        ready = sorted(n for n, t in tasks.items() if n not in done and set(t.dependent_tasks) <= done)
+        assert ready, "cycle"
+        done.add(ready[0])
+        out.append(ready[0])
+    return out
+
+
+def _const(v):
+    return json_format.MessageToDict(v)
+
+
+# -- compiled structure -------------------------------------------------------------------------
+
+
+def test_compiled_structure_matches_the_super_pipeline():
+    spec = _spec(CHAINED)
+    glob, branch = super_stages()
+    assert spec.pipeline_info.name == "prepline-super-chained"
+    root_inputs = set(spec.root.input_definitions.parameters)
+    super_inputs = set(_spec(COMPILED / "super.yaml").root.input_definitions.parameters)
+    assert super_inputs <= root_inputs
+    assert root_inputs - super_inputs == {"kfp_host", "kfp_namespace", "kfp_experiment", "kfp_token_secret", "stage_pipeline_version"}
+    defaults = spec.root.input_definitions.parameters
+    assert [v.string_value for v in defaults["languages"].default_value.list_value.values] == DEFAULT_LANGUAGES
+    assert json.loads(defaults["overrides_json"].default_value.string_value) == default_overrides()
+
+    # what children inherit = the parameters the parent and every stage pipeline share
+    for s in glob + branch:
+        child = set(_spec(COMPILED / f"{s}.yaml").root.input_definitions.parameters)
+        assert root_inputs & child == SHARED, s
+        assert "run_id" in child and "branch" in child and "input_stage" in child
+
+    root = spec.root.dag.tasks
+    order = _order(root)
+    stage_tasks = [n for n in order if root[n].component_ref.name.startswith("comp-run-pipeline")]
+    names = [root[n].inputs.parameters["pipeline_name"].runtime_value.constant.string_value for n in stage_tasks]
+    assert names == [stage_component_name(s) for s in glob]
+    prev = ""
+    for n, s in zip(stage_tasks, glob):
+        ins = root[n].inputs.parameters
+        assert root[n].task_info.name == s
+        assert _const(ins["parameters"].runtime_value.constant) == {"input_stage": prev, "input_from_split": False}
+        assert ins["parent_run_id"].runtime_value.constant.string_value == "{{$.pipeline_job_uuid}}"
+        assert ins["run_id_parameter"].runtime_value.constant.string_value == "run_id"
+        assert ins["inherit_parameters"].runtime_value.constant.bool_value is True
+        assert ins["host"].component_input_parameter == "kfp_host"
+        assert ins["pipeline_version"].component_input_parameter == "stage_pipeline_version"
+        assert not root[n].caching_options.enable_cache
+        prev = s
+    if glob and glob[-1] == "lang_id" and branch:
+        (loop_name,) = [n for n in order if root[n].parameter_iterator.items.input_parameter]
+        loop = root[loop_name]
+        assert loop.task_info.name == "per-language" and loop.iterator_policy.parallelism_limit == len(DEFAULT_LANGUAGES)
+        assert list(loop.dependent_tasks) == [stage_tasks[-1]]
+        inner = spec.components[loop.component_ref.name].dag.tasks
+        item = loop.parameter_iterator.item_input
+        prev = "lang_id"
+        for i, (n, s) in enumerate(zip(_order(inner), branch)):
+            ins = inner[n].inputs.parameters
+            assert ins["pipeline_name"].runtime_value.constant.string_value == stage_component_name(s)
+            assert _const(ins["parameters"].runtime_value.constant) == {"input_stage": prev, "input_from_split": i == 0}
+            assert ins["item"].component_input_parameter == item
+            assert ins["item_parameter"].runtime_value.constant.string_value == "branch"
+            prev = s
+    # robustness: no pipeline-parameter placeholder inside a struct constant (older KFP drivers leave them unresolved)
+    for comp in [spec.root] + list(spec.components.values()):
+        for t in comp.dag.tasks.values():
+            c = t.inputs.parameters.get("parameters")
+            if c is not None:
+                assert "{{" not in json.dumps(_const(c.runtime_value.constant))
+    # the closing fan-in of the super pipeline is a step of the parent, on the parent's run id
+    if branch and branch[-1] == "tokenization" and glob and glob[-1] == "lang_id":
+        (ft,) = [n for n in order if root[n].task_info.name == "fine_tune"]
+        assert list(root[ft].dependent_tasks) == [loop_name] and order[-1] == ft
+        assert root[ft].inputs.parameters["run_id"].runtime_value.constant.string_value == "{{$.pipeline_job_uuid}}"
+    # the KFP token reaches every run_pipeline step from a secret named by a pipeline parameter, optionally
+    platform = {k: v for k, v in _docs(CHAINED)[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"].items()
+                if k.startswith("exec-run-pipeline")}
+    assert len(platform) == len(glob) + len(branch)
+    for ex in platform.values():
+        (env,) = ex["secretAsEnv"]
+        assert env["secretNameParameter"]["componentInputParameter"] in ("kfp_token_secret", "pipelinechannel--kfp_token_secret")
+        assert env["optional"] is True and env["keyToEnv"] == [{"envVar": "KF_PIPELINES_TOKEN", "secretKey": "KF_PIPELINES_TOKEN"}]
+
+
+def test_prepare_run_id_override_moves_paths_not_the_cluster():
+    base = prepare("doc_id", "{}", "s3://b/w", "child-1", "doc_id", "", "s3://b/in", "", False, "{}", "{}")
+    over = prepare("doc_id", "{}", "s3://b/w", "child-1", "doc_id", "", "s3://b/in", "", False, "{}", "{}", run_id_override="parent-9")
+    assert base["output_path"] == "s3://b/w/child-1/doc_id" and over["output_path"] == "s3://b/w/parent-9/doc_id"
+    assert over["cluster_name"] == base["cluster_name"]  # named after the child's own run
+    nxt = prepare("exact_dedup", "{}", "s3://b/w", "child-2", "exact_dedup", "", "", "doc_id", False, "{}", "{}", run_id_override="parent-9")
+    assert nxt["input_path"] == over["output_path"]
+
+
+# -- behaviour against the fake ------------------------------------------------------------------
+
+
+def _upload_all(fake):
+    glob, branch = super_stages()
+    for s in glob + branch:
+        assert K.main(["upload", str(COMPILED / f"{s}.yaml"), "--host", fake.url]) == 0
+
+
+def _start_parent(fake, *params) -> str:
+    kc = K.KfpClient(K.resolve_connection(fake.url))
+    values = {"kfp_host": fake.url, **dict(p.split("=", 1) for p in params)}
+    run = kc.start(package=str(CHAINED), values=values, experiment="chained", run_name="parent")
+    return run.run_id
+
+
+def _walk(fake, parent_id: str, calls: list | None = None) -> list[str]:
+    """Execute the compiled super_chained DAG like the KFP driver: resolve each run_pipeline task's
+    inputs (constants, pipeline inputs, the loop item, the job-id placeholder) and run its body."""
+    kc = K.KfpClient(K.resolve_connection(fake.url))
+    params = kc.effective_parameters(kc.get_run(parent_id))
+    spec = _spec(CHAINED)
+    child_ids = []
+
+    def resolve(task, item=None):
+        out = {}
+        for name, v in task.inputs.parameters.items():
+            if v.HasField("runtime_value"):
+                c = _const(v.runtime_value.constant)
+                out[name] = parent_id if c == "{{$.pipeline_job_uuid}}" else c
+            else:
+                src = v.component_input_parameter
+                if src.endswith("-loop-item"):
+                    out[name] = item
+                else:
+                    out[name] = params[src.removeprefix("pipelinechannel--")]
+        return out
+
+    def run_dag(tasks, item=None):
+        for n in _order(tasks):
+            t = tasks[n]
+            if t.parameter_iterator.items.input_parameter:
+                items = params[t.parameter_iterator.items.input_parameter.removeprefix("pipelinechannel--")]
+                for it in items:
+                    run_dag(spec.components[t.component_ref.name].dag.tasks, it)
+                continue
+            if not t.component_ref.name.startswith("comp-run-pipeline"):
+                continue  # fine_tune: a step of the parent itself, not a child run
+            inputs = resolve(t, item)
+            if calls is not None:
+                calls.append((t.task_info.name, inputs))
+            child_ids.append(run_pipeline.python_func(**inputs, poll_seconds=0))
+
+    run_dag(spec.root.dag.tasks)
+    return child_ids
+
+
+@pytest.mark.slow
+def test_chain_runs_every_stage_as_a_child_under_the_parents_folder(capsys):
+    glob, branch = super_stages()
+    langs = ["en", "ja"]
+    with FakeKfp() as fake:
+        _upload_all(fake)
+        parent = _start_parent(fake, "work_root=s3://bucket/work", "input_path=s3://bucket/in", f"languages={json.dumps(langs)}",
+                               "max_failed_files=2")
+        calls: list = []
+        children = _walk(fake, parent, calls)
+        assert len(children) == len(glob) + len(branch) * len(langs)
+        posts = [c["body"] for c in fake.calls("POST", "/runs$")][1:]  # after the parent's
+        assert len(posts) == len(children)
+        parent_exp = fake.run(parent)["experiment_id"]
+        expected_names = [stage_component_name(s) for s in glob] + [f"{stage_component_name(s)}-{lg}" for lg in langs for s in branch]
+        assert [p["display_name"] for p in posts] == [f"{n} (child of {parent})" for n in expected_names]
+        assert all(fake.run(c)["state"] == "SUCCEEDED" for c in children)
+
+        outputs = {}
+        for body, (task_name, _) in zip(posts, calls):
+            ps = body["runtime_config"]["parameters"]
+            assert body["experiment_id"] == parent_exp and body["pipeline_version_reference"]
+            assert ps["run_id"] == parent and ps["work_root"] == "s3://bucket/work" and ps["input_path"] == "s3://bucket/in"
+            assert ps["max_failed_files"] == 2 and json.loads(ps["overrides_json"]) == default_overrides()
+            assert set(ps) == SHARED | {"run_id", "input_stage", "input_from_split"} | ({"branch"} if "branch" in ps else set())
+            # the paths the child's prepare_args computes: the nested super pipeline's layout under the parent's id
+            stage = task_name
+            r = prepare(stage, "{}", ps["work_root"], "child-own-id", stage, ps.get("branch", ""), ps["input_path"], ps["input_stage"],
+                        ps["input_from_split"], ps["cluster_json"], ps["overrides_json"], run_id_override=ps["run_id"])
+            assert r["output_path"] == stage_output("s3://bucket/work", parent, stage, ps.get("branch", ""))
+            outputs[(stage, ps.get("branch", ""))] = r
+        prev = None
+        for s in glob:
+            r = outputs[(s, "")]
+            assert r["input_path"] == (prev["output_path"] if prev else "s3://bucket/in")
+            prev = r
+        for lg in langs:
+            bprev = None
+            for s in branch:
+                r = outputs[(s, lg)]
+                want = bprev["output_path"] if bprev else f"{stage_output('s3://bucket/work', parent, glob[-1])}/lang={lg}"
+                assert r["input_path"] == want
+                bprev = r
+        out = capsys.readouterr().out
+        assert f"started doc-id (doc-id) as run {children[0]}" in out and "SUCCEEDED" in out
+
+
+@pytest.mark.slow
+def test_failed_or_canceled_child_fails_the_step_and_a_retry_resumes():
+    with FakeKfp() as fake:
+        _upload_all(fake)
+        parent = _start_parent(fake, "work_root=/w")
+        fake.outcomes["exact-dedup"] = "FAILED"
+        with pytest.raises(RunFailed, match=r"child run exact-dedup \(child of .*\) .* ended FAILED: fake: a task of this run failed"):
+            _walk(fake, parent)
+        assert [c["body"]["display_name"].split(" ")[0] for c in fake.calls("POST", "/runs$")[1:]] == ["doc-id", "exact-dedup"]
+        # the parent is retried: doc-id is not started again, exact-dedup is
+        fake.outcomes["exact-dedup"] = "CANCELED"
+        t0 = time.monotonic()
+        with pytest.raises(K.ChildRunFailed, match="ended CANCELED"):
+            _walk(fake, parent)
+        assert time.monotonic() - t0 < 10
+        assert [c["body"]["display_name"].split(" ")[0] for c in fake.calls("POST", "/runs$")[1:]] == ["doc-id", "exact-dedup", "exact-dedup"]
+        del fake.outcomes["exact-dedup"]
+        children = _walk(fake, parent)
+        names = [c["body"]["display_name"].split(" ")[0] for c in fake.calls("POST", "/runs$")[1:]]
+        assert names.count("doc-id") == 1 and names.count("exact-dedup") == 4 - 1
+        assert len(children) == len(set(children))
+
+
+def test_run_pipeline_errors():
+    with FakeKfp() as fake:
+        # no such pipeline uploaded
+        with pytest.raises(K.KfpNotFound, match="no pipeline named doc-id") as e:
+            run_pipeline.python_func(pipeline_name="doc-id", host=fake.url, poll_seconds=0)
+        assert "prepline kfp upload" in e.value.fix
+        # an old upload whose spec has no run_id parameter: refused before posting
+        docs = _docs(COMPILED / "doc_id.yaml")
+        del docs[0]["root"]["inputDefinitions"]["parameters"]["run_id"]
+        old = Path(os.environ.get("TMPDIR", "/tmp")) / f"old-doc-id-{os.getpid()}.yaml"
+        old.write_text(yaml.safe_dump_all(docs))
+        try:
+            assert K.main(["upload", str(old), "--name", "doc-id", "--host", fake.url]) == 0
+        finally:
+            old.unlink()
+        parent = _start_parent(fake)
+        with pytest.raises(ConfigError, match="has no parameter run_id to receive the parent's run id"):
+            run_pipeline.python_func(pipeline_name="doc-id", parent_run_id=parent, host=fake.url, poll_seconds=0)
+        # bad parameters and an unknown parent
+        with pytest.raises(ConfigError, match="pipeline doc-id has no parameter bogus"):
+            run_pipeline.python_func(pipeline_name="doc-id", parameters={"bogus": 1}, host=fake.url, poll_seconds=0)
+        with pytest.raises(K.KfpNotFound, match="no run with id nope"):
+            run_pipeline.python_func(pipeline_name="doc-id", parent_run_id="nope", run_id_parameter="", host=fake.url, poll_seconds=0)
+        assert len(fake.calls("POST", "/runs$")) == 1  # only the parent
+        # without a parent: explicit parameters only, a timestamped name, the Default experiment
+        rid = run_pipeline.python_func(pipeline_name="doc-id", parameters={"work_root": "/x", "max_failed_files": "3"},
+                                       host=fake.url, poll_seconds=0)
+        body = fake.calls("POST", "/runs$")[-1]["body"]
+        assert fake.run(rid)["state"] == "SUCCEEDED" and body["runtime_config"]["parameters"] == {"work_root": "/x", "max_failed_files": 3}
+        assert fake.experiments[body["experiment_id"]]["display_name"] == "Default"
+
+
+@pytest.mark.slow
+def test_sigterm_on_the_step_terminates_the_child(tmp_path):
+    """The parent is stopped (its step pod gets SIGTERM): the child run is terminated too."""
+    with FakeKfp() as fake:
+        assert K.main(["upload", str(COMPILED / "doc_id.yaml"), "--host", fake.url]) == 0
+        fake.outcomes["doc-id"] = "HANG"
+        code = ("from prepline.components.run_pipeline import run_pipeline; "
+                f"run_pipeline.python_func(pipeline_name='doc-id', host='{fake.url}', poll_seconds=0)")
+        env = {**os.environ, "HOME": str(tmp_path)}
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while not fake.runs and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert fake.runs, "the child run was not started"
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        (rid,) = fake.runs
+        assert proc.returncode != 0 and f"terminated child run {rid}" in out
+        assert fake.calls("POST", f"/runs/{rid}:terminate")
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:You may be attemping to run a task")  # the launcher image is not used locally
+def test_component_runs_under_kfp_local(tmp_path):
+    """The compiled-to-be component body, executed by kfp.local's runner, drives the fake server."""
+    import kfp.local
+    from kfp import dsl
+
+    with FakeKfp() as fake:
+        assert K.main(["upload", str(COMPILED / "doc_id.yaml"), "--host", fake.url]) == 0
+
+        @dsl.pipeline(name="drive")
+        def drive(host: str, work_root: str):
+            run_pipeline(pipeline_name="doc-id", parameters={"max_failed_files": 1}, host=host, poll_seconds=1, inherit_parameters=False,
+                         run_id_parameter="")
+
+        os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"), raise_on_error=True)
+        drive(host=fake.url, work_root="/w")
+        (rid,) = fake.runs
+        assert fake.run(rid)["state"] == "SUCCEEDED"
+        assert fake.calls("POST", "/runs$")[0]["body"]["runtime_config"]["parameters"] == {"max_failed_files": 1}
+        fake.outcomes["doc-id"] = "FAILED"
+        with pytest.raises(RuntimeError):
+            drive(host=fake.url, work_root="/w")
+        assert sorted(r.state for r in fake.runs.values()) == ["FAILED", "SUCCEEDED"]
