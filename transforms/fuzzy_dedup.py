@@ -24,6 +24,9 @@ Phases (each a set of tasks whose outputs live in the stage's work folder, so ea
    are counted as ``removed.not_near_duplicate``) and adds the cluster column; ``annotate``
    adds the cluster column (null for documents in no cluster) and removes nothing.
 
+Shard files (``bands``, ``pairs``, ``docs``, ``half``) are Arrow IPC files with one record batch
+per consumer shard: one file per producer task, and a consumer reads only its batch.
+
 Documents with fewer words than the shingle size are one shingle (the whole document).
 Empty or white-space-only documents have no shingles: they are never fuzzy duplicates of
 anything (exact_dedup handles them) and are counted as ``counters.empty_docs``.
@@ -48,9 +51,9 @@ from prepline.transform import Column, FileTask, Output, Phase, Transform
 REASON = "near_duplicate"
 REASON_UNIQUE = "not_near_duplicate"
 ALL_PAIRS_MAX = 16  # buckets up to this size give all their pairs for verification
-# text per shingling batch (a longer document is a batch of its own): about 40 bytes of
+# text per shingling batch (a longer document is a batch of its own): about 20 bytes of
 # temporaries per byte of text for words, more for characters (one unit per character)
-BATCH_BYTES = {"word": 8 << 20, "char": 2 << 20}
+BATCH_BYTES = {"word": 2 << 20, "char": 512 << 10}
 PAIR_BATCH = 4 << 20  # shingle values per batch of the vectorised Jaccard
 CLUSTERS = "clusters.parquet"
 
@@ -134,9 +137,9 @@ _SHARDS_KEY = b"prepline.shards"
 def _write_sharded(loc, rel: str, table: pa.Table, shard: np.ndarray) -> int:
     """Write ``table`` as one Arrow IPC file with one record batch per shard.
 
-    A consumer of shard ``s`` reads only its batch (:func:`_read_shard`: memory-mapped locally,
-    range reads on S3), so a producer task writes one file, not one per shard, and reading a
-    shard costs no decoding. Returns the number of shards written.
+    A consumer of shard ``s`` reads only its batch (:func:`_read_shard_all`: memory-mapped
+    locally, range reads on S3), so a producer task writes one file, not one per shard, and
+    reading a shard costs no Parquet decoding. Returns the number of shards written.
     """
     parts = _split_by(table, shard)
     if not parts:
@@ -436,22 +439,25 @@ class FuzzyDedup(Transform):
         text, ids = self._read(task, ctx)
         text = text.take(pa.array(rows))
         ids = ids[rows]
-        if c.verify == "jaccard":
-            sh = self._shingles(text)
-            doc = np.repeat(np.arange(len(rows), dtype=np.uint64), sh.counts)
-            u = (doc << np.uint64(32)) | sh.hashes
-            u.sort()
-            u = u[np.r_[True, u[1:] != u[:-1]]]  # sorted, distinct per document
-            offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-            np.cumsum(np.bincount((u >> np.uint64(32)).astype(np.int64), minlength=len(rows)), out=offsets[1:])
-            values = pa.array((u & np.uint64(0xFFFFFFFF)).astype(np.uint32))
-            v = pa.LargeListArray.from_arrays(pa.array(offsets), values)
-        else:
-            sig, docs = minhash.signatures(self._shingles(text), c.num_permutations)
-            full = np.zeros((len(rows), c.num_permutations), dtype=np.uint32)
-            full[docs] = sig
-            offsets = np.arange(len(rows) + 1, dtype=np.int64) * c.num_permutations
-            v = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(full.ravel()))
+        counts, values = [], []
+        for blo, bhi in self._batches(text):  # bounded temporaries, as in signatures
+            sh = self._shingles(text.slice(blo, bhi - blo))
+            if c.verify == "jaccard":  # the sorted, distinct shingle hashes of each document
+                doc = np.repeat(np.arange(bhi - blo, dtype=np.uint64), sh.counts)
+                u = (doc << np.uint64(32)) | sh.hashes
+                u.sort()
+                u = u[np.r_[True, u[1:] != u[:-1]]]
+                counts.append(np.bincount((u >> np.uint64(32)).astype(np.int64), minlength=bhi - blo))
+                values.append((u & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+            else:  # the signature (all maximum values for a document without shingles)
+                sig, docs = minhash.signatures(sh, c.num_permutations)
+                full = np.full((bhi - blo, c.num_permutations), np.iinfo(np.uint32).max, dtype=np.uint32)
+                full[docs] = sig
+                counts.append(np.full(bhi - blo, c.num_permutations, dtype=np.int64))
+                values.append(full.ravel())
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(np.concatenate(counts), out=offsets[1:])
+        v = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(values), pa.uint32()))
         t = pa.table({"id": pa.array(ids, pa.int64()), "v": v})
         _write_sharded(ctx.work, f"docs/{task.rel}.arrow", t, _part(ids, c.num_shards))
         return {"docs": len(rows)}

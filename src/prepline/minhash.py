@@ -1,13 +1,14 @@
-"""Vectorised MinHash over Arrow string columns: numpy over the UTF-8 bytes, no per-document Python.
+"""Vectorised MinHash over Arrow string columns: Arrow kernels, DuckDB and numpy, no per-document Python.
 
 The steps, each over a whole batch of documents at once:
 
-1. **Units.** ``word`` shingles: the text is lower-cased (``pyarrow.compute.utf8_lower``) and
-   split on white space (ASCII and Unicode white space, as Python's ``str.split()``); each
-   word gets a 64-bit hash from its bytes (a polynomial over a random byte table, summed per
-   word with ``np.add.reduceat``, then a 64-bit finaliser). ``char`` shingles: lower-cased
-   text with white space runs collapsed to one space and trimmed; each Unicode character is
-   one unit.
+1. **Units.** ``word`` shingles: the text is lower-cased and split on white space
+   (``pyarrow.compute.utf8_lower`` and ``utf8_split_whitespace``: the words of Python's
+   ``str.lower().split()``); each word gets a 64-bit hash from DuckDB's ``hash()`` over the
+   flat word column (once per batch, in a private single-threaded DuckDB). ``char``
+   shingles: lower-cased text with white-space runs collapsed to one space and trimmed; each
+   Unicode character is one unit, its UTF-8 bytes packed into an integer (numpy over the byte
+   buffer).
 2. **Shingles.** A shingle is ``k`` consecutive units of one document; its 32-bit hash
    combines the ``k`` unit hashes (random odd multipliers, then a finaliser). A document
    with fewer than ``k`` units (but at least one) is one shingle: the whole document. A
@@ -23,7 +24,7 @@ The steps, each over a whole batch of documents at once:
    with probability ``1 - (1 - J**rows)**bands`` for Jaccard similarity ``J``.
 
 Everything depends only on the text and a fixed seed, so signatures are identical in every
-process, worker and run (same numpy version or not: only integer arithmetic is used).
+process, worker and run (only integer arithmetic; word hashes come from the pinned DuckDB).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ __all__ = [
     "signatures",
     "band_keys",
     "estimated_jaccard",
-    "set_jaccard",
     "lsh_probability",
     "permutations",
     "mix64",
@@ -76,7 +76,6 @@ _BAND_MUL = _random_u64(4096, 4, odd=True)  # one per row in a band
 _BAND_SALT = _random_u64(4096, 5)  # one per band
 
 MAX_SHINGLE = len(_SHINGLE_MUL)
-MAX_ROWS = len(_BAND_MUL)
 
 
 def permutations(num: int) -> tuple[np.ndarray, np.ndarray]:
@@ -318,15 +317,6 @@ def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
 def estimated_jaccard(sa: np.ndarray, sb: np.ndarray) -> np.ndarray:
     """Row-wise share of equal signature values: the MinHash estimate of Jaccard similarity."""
     return (sa == sb).mean(axis=-1)
-
-
-def set_jaccard(a: np.ndarray, b: np.ndarray) -> float:
-    """Jaccard similarity of two arrays taken as sets (two empty sets: 0.0)."""
-    a, b = np.unique(a), np.unique(b)
-    if len(a) == 0 and len(b) == 0:
-        return 0.0
-    inter = len(np.intersect1d(a, b, assume_unique=True))
-    return inter / (len(a) + len(b) - inter)
 
 
 def lsh_probability(j: float | np.ndarray, bands: int, rows: int):

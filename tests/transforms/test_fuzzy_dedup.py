@@ -266,6 +266,41 @@ def test_lsh_probability_s_curve():
     assert p[0] < 0.1 and 0.7 < p[1] < 0.8 and p[2] > 0.98 and p[3] > 0.9999
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=80))
+def test_components_equal_union_find(edges):
+    from prepline.transforms.fuzzy_dedup import _components
+
+    edges = [(min(a, b), max(a, b)) for a, b in edges if a != b]
+    if not edges:
+        return
+    ids = lambda x: x * 1000 - 7  # sparse, negative ids are fine
+    a = np.array([ids(e[0]) for e in edges], dtype=np.int64)
+    b = np.array([ids(e[1]) for e in edges], dtype=np.int64)
+    nodes, cluster = _components(a, b)
+    smallest = smallest_in_cluster(41, edges)
+    assert nodes.tolist() == sorted({ids(x) for e in edges for x in e})
+    assert cluster.tolist() == [ids(smallest[(x + 7) // 1000]) for x in nodes.tolist()]
+
+
+def test_bucket_pairs_small_all_large_star_and_chain():
+    from prepline.transforms.fuzzy_dedup import ALL_PAIRS_MAX, _bucket_pairs
+
+    m = ALL_PAIRS_MAX + 4
+    key = np.array([5, 5, 5] + [9] * m + [11], dtype=np.uint64)
+    ids = np.array([1, 4, 8] + list(range(100, 100 + m)) + [3], dtype=np.int64)
+    a, b, buckets = _bucket_pairs(key, ids, all_pairs=True)
+    got = set(zip(a.tolist(), b.tolist()))
+    assert buckets == 2
+    assert {(1, 4), (1, 8), (4, 8)} <= got  # a small bucket: every pair
+    big = {p for p in got if p[0] >= 100}
+    star = {(100, 100 + i) for i in range(1, m)}
+    chain = {(100 + i, 101 + i) for i in range(m - 1)}
+    assert big == star | chain and len(big) == 2 * m - 3
+    a, b, _ = _bucket_pairs(key, ids, all_pairs=False)  # no verification: stars only
+    assert set(zip(a.tolist(), b.tolist())) == {(1, 4), (1, 8)} | star
+
+
 # ---------------------------------------------------------------------------------------------
 # end to end
 
@@ -480,3 +515,27 @@ def test_killed_run_resumes_to_identical_output(sample_ids, tmp_path, phase):
     assert resumed >= killed_at
     assert tree_bytes(out) == tree_bytes(ref)
     assert meta["plan"] == json.loads((ref / "metadata.json").read_text())["plan"]
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+def test_work_files_and_output_on_s3(tweets_ids, s3_bucket, tmp_path):
+    """The shard files are read with range requests on S3; the result equals the local one."""
+    from prepline.data_access import open_location
+
+    ref = fuzzy(tweets_ids, tmp_path / "local", mode="annotate", num_shards=3)
+    meta = fuzzy(tweets_ids, f"s3://{s3_bucket}/fz", mode="annotate", num_shards=3)
+    assert meta["plan"] == ref["plan"] and meta["totals"]["counters"] == ref["totals"]["counters"]
+    loc = open_location(f"s3://{s3_bucket}/fz")
+    got = pa.concat_tables([loc.read_parquet(f.rel) for f in loc.list_files(".parquet")])
+    assert got.equals(read_dir(tmp_path / "local"))
+    assert not [f for f in loc.list_all() if f.rel.startswith("_prepline")]  # work files removed
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_runtime_gives_the_same_bytes(tweets_ids, tmp_path, ray_session):
+    fuzzy(tweets_ids, tmp_path / "local", mode="annotate", num_shards=4)
+    run_transform("fuzzy_dedup", {"mode": "annotate", "num_shards": 4},
+                  RunOptions(str(tweets_ids), str(tmp_path / "ray"), runtime="ray", workers=2, progress=False))
+    assert tree_bytes(tmp_path / "local") == tree_bytes(tmp_path / "ray")
