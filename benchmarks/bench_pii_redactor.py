@@ -32,10 +32,10 @@ def baseline(src_dir: pathlib.Path) -> dict:
             break
     analyzer, _, _ = build_analyzer("en")
     batch, anonymizer = BatchAnalyzerEngine(analyzer), AnonymizerEngine()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     results = batch.analyze_iterator(texts, language="en", entities=DEFAULT_ENTITIES, batch_size=64, score_threshold=0.5)
     for text, res in zip(texts, results):
         if res:
             anonymizer.anonymize(text=text, analyzer_results=res)
-    secs = time.perf_counter() - t0
-    return {"name": f"Presidio BatchAnalyzerEngine + AnonymizerEngine on {len(texts):,} docs", "docs_per_s": len(texts) / secs}
+    secs, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"name": f"Presidio BatchAnalyzerEngine + AnonymizerEngine on {len(texts):,} docs", "docs_per_s": len(texts) / secs, "docs_per_cpu_s": len(texts) / cpu}

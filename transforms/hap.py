@@ -61,7 +61,7 @@ class HapConfig(TransformConfig):
         "'' = the model alt-profanity-check ships. Only load files you trust (joblib is pickle)",
     )
     batch_size: int = param(20000, "documents whose sentences are scored in one predict call", min=1)
-    max_sentence_words: int = param(100, "longer sentences are scored in windows of this many words", min=1)
+    max_sentence_words: int = param(30, "longer sentences are scored in half-overlapping windows of this many words", min=1)
 
     def validate(self) -> None:
         if not self.score_column:
@@ -126,7 +126,7 @@ def load_model(model_path: str = ""):
 class SentenceScorer:
     """Score Arrow string arrays sentence by sentence with a TF-IDF model, vectorised."""
 
-    def __init__(self, vectorizer, classifier, max_sentence_words: int = 100):
+    def __init__(self, vectorizer, classifier, max_sentence_words: int = 30):
         import scipy.sparse  # noqa: F401  (a scikit-learn dependency)
 
         vocab = vectorizer.vocabulary_
@@ -158,13 +158,22 @@ class SentenceScorer:
         known = pc.is_valid(ids).to_numpy(zero_copy_only=False)
         col = ids.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         sent = np.repeat(np.arange(n, dtype=np.int64), per_sentence)
-        # window of each token inside its sentence: position // max_words
-        starts = np.repeat(np.cumsum(per_sentence) - per_sentence, per_sentence)
-        window = (np.arange(len(flat), dtype=np.int64) - starts) // self.max_words
-        windows_per_sentence = np.maximum(1, -(-per_sentence // self.max_words))
-        first_row = np.cumsum(windows_per_sentence) - windows_per_sentence
-        row = first_row[sent] + window
-        n_rows = int(windows_per_sentence.sum())
+        # Sentences over max_words words: windows of max_words words every ceil(max_words / 2) words
+        # (half overlapping, so any passage of up to max_words // 2 words lies whole inside one).
+        w = self.max_words
+        stride = (w + 1) // 2  # 2 * stride >= w: a token lies in at most two windows
+        pos = np.arange(len(flat), dtype=np.int64) - np.repeat(np.cumsum(per_sentence) - per_sentence, per_sentence)
+        windows = np.where(per_sentence > w, -(-np.maximum(per_sentence - w, 0) // stride) + 1, 1)
+        first_row = np.cumsum(windows) - windows
+        n_rows = int(windows.sum())
+        long_tok = per_sentence[sent] > w
+        j = np.where(long_tok, np.minimum(pos // stride, windows[sent] - 1), 0)
+        row = first_row[sent] + j
+        # the token's second window (the one before), where it exists and still covers it
+        prev = long_tok & (j >= 1) & (pos < (j - 1) * stride + w)
+        row = np.concatenate([row, row[prev] - 1])
+        col = np.concatenate([col, col[prev]])
+        known = np.concatenate([known, known[prev]])
         x = sp.csr_matrix(
             (self.idf[col[known]], (row[known], col[known])), shape=(n_rows, len(self.idf)), dtype=np.float64
         )
@@ -172,7 +181,7 @@ class SentenceScorer:
         norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1)).ravel())
         norms[norms == 0] = 1.0
         x = sp.diags(1.0 / norms) @ x
-        row_sentence = np.repeat(np.arange(n, dtype=np.int64), windows_per_sentence)
+        row_sentence = np.repeat(np.arange(n, dtype=np.int64), windows)
         return x.tocsr(), row_sentence
 
     def score(self, arr: pa.Array) -> np.ndarray:

@@ -17,11 +17,20 @@ How a table is processed (the hot path is per document only where Presidio needs
    accepts a superset of what the recognizer's own patterns accept, so skipping never changes
    the output (a test compares prefilter on and off).
 2. Scan (per candidate document): Presidio's analyzer with only the candidate entities and
-   empty NLP artifacts (no tokenization) at score threshold 0. Context words can only raise the
-   score of something already found, so a document without a hit here has none.
-3. Analyse (documents with a hit): the full analysis, all requested entities, tokenized with
-   spaCy in batches (``BatchAnalyzerEngine``), context-word enhancement, ``score_threshold``.
-   This is exactly Presidio's result for the document.
+   empty NLP artifacts (no tokenization) at score threshold 0; context words can only raise the
+   score of something already found, so a document without a hit here has none. Phone numbers
+   are scanned with ``phonenumbers``' matcher (as Presidio's recognizer does, same regions and
+   leniency) on short windows around digit chains only, region by region, skipping chains with
+   fewer digits than the region's shortest number: every number the whole-text matcher finds
+   lies in such a window.
+3. Analyse (documents with a hit): Presidio's full analysis (``BatchAnalyzerEngine``: spaCy
+   tokenization in batches, context-word enhancement, ``score_threshold``) for the entity types
+   the scan found, on the parts of the document around the scan hits (1,000 characters either
+   side, cut at white space; results within 100 characters of a cut are dropped, only a cut can
+   put one there). Presidio's results are per type and depend only on the text around an item
+   (its match and the 5 words before it), so this equals the whole-document analysis; a test
+   compares the output with plain ``BatchAnalyzerEngine`` + ``AnonymizerEngine`` on whole
+   documents.
 4. Anonymise (documents with a result): ``presidio-anonymizer`` with ``replace``
    (``<EMAIL_ADDRESS>``), ``mask`` (every character of the item becomes ``mask_char``) or
    ``redact`` (removed); overlapping items are merged by the anonymizer.
@@ -31,13 +40,15 @@ The text column is rewritten in place (only changed rows are replaced, with
 entity types of the items that were anonymised, one entry per item in text order (``[]`` when
 none), so ``len(detected_pii) = 0`` or ``list_contains(detected_pii, 'EMAIL_ADDRESS')`` work in
 the filter stage. Nothing is removed. Counters: ``pii_<TYPE>`` (items per type), ``pii_docs``
-(documents changed), ``pii_candidate_docs`` (passed the prefilter), ``pii_analyzed_docs``
+(documents with at least one item), ``pii_candidate_docs`` (passed the prefilter), ``pii_analyzed_docs``
 (went to the full analysis).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,23 +66,31 @@ DEFAULT_PHONE_REGIONS = ["US", "GB", "DE", "FR", "IL", "IN", "CA", "BR"]
 INSTALL_FIX = "install the pii extra: pip install 'prepline[pii]'"
 
 # RE2 regexes (pyarrow.compute): a document can only hold an item of this type if its regex
-# matches. Each accepts a superset of the recognizer's patterns (see the comments).
+# matches. Each accepts a superset of the recognizer's patterns (see the comments); \p{Nd}
+# because Presidio's patterns run with the `regex` module, whose \d matches any Unicode digit.
 _CANDIDATES = {
     # Presidio's e-mail pattern needs a literal '@'
     "EMAIL_ADDRESS": "@",
     # 'All Credit Cards (weak)': 4+3+3+3 digits at least, single [- ] separators
-    "CREDIT_CARD": r"\d(?:[- ]?\d){12}",
+    "CREDIT_CARD": r"\p{Nd}(?:[- ]?\p{Nd}){12}",
     # every IBAN pattern starts with a country code and two check digits (case-sensitive here)
-    "IBAN_CODE": r"[A-Z]{2}\d{2}",
+    "IBAN_CODE": r"[A-Z]{2}\p{Nd}{2}",
     # IPv4: four dotted numbers; IPv6: either '::' or at least 6 hex groups with ':'
-    "IP_ADDRESS": r"\d\.\d{1,3}\.\d{1,3}\.\d|::|(?:[0-9A-Fa-f]{1,4}:){6}",
+    "IP_ADDRESS": r"\p{Nd}\.\p{Nd}{1,3}\.\p{Nd}{1,3}\.\p{Nd}|::|(?:[0-9A-Fa-f]{1,4}:){6}",
     # all US SSN patterns: 9 digits with at most one [- .] between digits
-    "US_SSN": r"\d(?:[- .]?\d){8}",
-    # Presidio's URL pattern ends with '.<tld>' after a letter or digit
-    "URL": r"(?i)[a-z0-9\-]\.[a-z]{2}",
+    "US_SSN": r"\p{Nd}(?:[- .]?\p{Nd}){8}",
+    # Presidio's URL pattern: [a-z0-9.-] then '.<tld>' (case-insensitive)
+    "URL": r"(?i)[a-z0-9.\-]\.[a-z]{2}",
 }
 
 _MODES = ("replace", "mask", "redact")
+# digit chains for the phone scan: Unicode digits separated by at most 4 other characters
+_DIGIT_CHAIN = re.compile(r"\d(?:\D{0,4}\d)*")
+_PHONE_MARGIN = 40
+# the full analysis reads this many characters either side of a scan hit (Presidio's context
+# words are the 5 words before an item); results this close to a cut are artefacts of the cut
+_CONTEXT_CHARS = 1000
+_EDGE_CHARS = 100
 
 
 @dataclass(frozen=True)
@@ -96,7 +115,7 @@ class PiiRedactorConfig(TransformConfig):
     pii_column: str = param("detected_pii", "column to add: list of the entity types anonymised in the document, in text order")
     spacy_model: str = param("", "optional spaCy pipeline with NER (installed package name or path, never downloaded); '' = blank tokenizer, pattern recognizers only")
     prefilter: bool = param(True, "skip documents that vectorised regexes show cannot hold any requested entity (same output, faster)")
-    batch_size: int = param(64, "documents per spaCy batch in the full analysis", min=1)
+    batch_size: int = param(64, "texts (the parts of documents around scan hits) per spaCy batch in the full analysis", min=1)
 
     def validate(self) -> None:
         if not self.entities:
@@ -206,7 +225,13 @@ def build_analyzer(language: str, spacy_model: str = "", phone_regions: list[str
             "pass an installed spaCy pipeline package or the path of a saved pipeline (nlp.to_disk), or '' for the blank tokenizer",
         ) from None
     registry = RecognizerRegistry(supported_languages=[language])
-    registry.load_predefined_recognizers(languages=[language])
+    log = logging.getLogger("presidio-analyzer")
+    level = log.level
+    log.setLevel(logging.ERROR)  # one warning per recognizer of another language otherwise
+    try:
+        registry.load_predefined_recognizers(languages=[language])
+    finally:
+        log.setLevel(level)
     registry.recognizers = [r for r in registry.recognizers if not isinstance(r, SpacyRecognizer)]
     ner_entities: list[str] = []
     if spacy_model:
@@ -372,12 +397,49 @@ class PiiRedactor(Transform):
                 regions[region] = memo[k] & nonempty
         return cand, regions
 
-    def _has_phone(self, text: str, regions: list[str]) -> bool:
-        phonenumbers, leniency, _ = self._phone
-        for region in regions:
-            for _ in phonenumbers.PhoneNumberMatcher(text, region, leniency=leniency):
-                return True
-        return False
+    def _phone_spans(self, text: str, regions: list[str]) -> list[tuple[int, int]]:
+        """Where Presidio's PhoneRecognizer could find a number in ``text`` (for these regions).
+
+        The matcher runs on short windows around each digit chain (digits separated by at most 4
+        other characters, the matcher's own limit) with ``_PHONE_MARGIN`` characters either side,
+        and only on chains with enough digits for the region. Every number the matcher finds in
+        the whole text lies in such a window with the characters it checks around it, so the
+        windows returned cover every number the whole-text scan finds (there may be more, which
+        only costs analysis).
+        """
+        phonenumbers, leniency, mins = self._phone
+        need = [(r, k) for r, k in mins if r in regions]
+        if not need:
+            return []
+        lowest = min(k for _, k in need)
+        spans = []
+        for m in _DIGIT_CHAIN.finditer(text):
+            digits = sum(ch.isdigit() for ch in m.group())
+            if digits < lowest:
+                continue
+            a, b = max(0, m.start() - _PHONE_MARGIN), m.end() + _PHONE_MARGIN
+            window = text[a:b]
+            if any(digits >= k and any(True for _ in phonenumbers.PhoneNumberMatcher(window, r, leniency=leniency)) for r, k in need):
+                spans.append((a, min(b, len(text))))
+        return spans
+
+    def _regions(self, text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Parts of ``text`` to analyse: each span with ``_CONTEXT_CHARS`` either side, cut at white space, merged."""
+        n = len(text)
+        out: list[list[int]] = []
+        for a, b in sorted(spans):
+            a, b = max(0, a - _CONTEXT_CHARS), min(n, b + _CONTEXT_CHARS)
+            if a > 0:
+                k = max(text.rfind(" ", 0, a), text.rfind("\n", 0, a))
+                a = k + 1 if k >= 0 else 0
+            if b < n:
+                ks = [k for k in (text.find(" ", b), text.find("\n", b)) if k >= 0]
+                b = min(ks) if ks else n
+            if out and a <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], b)
+            else:
+                out.append([a, b])
+        return [(a, b) for a, b in out]
 
     def _analyze_chunk(self, arr: pa.Array, counters: dict[str, int]):
         """Return (new texts for changed rows by index, detected types per row by index)."""
@@ -391,31 +453,46 @@ class PiiRedactor(Transform):
         if len(rows) == 0:
             return {}, {}
         texts = pc.take(arr, pa.array(rows)).to_pylist()
-        # scan: which entity types each candidate document holds (before context words and threshold)
-        groups: dict[tuple, list[tuple[int, str]]] = {}
+        # scan: which entity types each candidate document holds, and where (before context words and threshold)
+        groups: dict[tuple, list[tuple[int, str, list]]] = {}
         for r, t in zip(rows.tolist(), texts):
             if self._needs_nlp:
-                found = tuple(c.entities)
+                found, spans = tuple(c.entities), [(0, len(t))]
             else:
                 want = [e for e in self._cands if cand[e][r]]
                 hits = self._analyzer.analyze(t, language=c.language, entities=want, nlp_artifacts=self._empty, score_threshold=0.0) if want else []
                 kinds = {h.entity_type for h in hits}
-                if regions and self._has_phone(t, [g for g, m in regions.items() if m[r]]):
-                    kinds.add("PHONE_NUMBER")
+                spans = [(h.start, h.end) for h in hits]
+                if regions:
+                    phone = self._phone_spans(t, [g for g, m in regions.items() if m[r]])
+                    if phone:
+                        kinds.add("PHONE_NUMBER")
+                        spans.extend(phone)
                 found = tuple(e for e in c.entities if e in kinds)
             if found:
-                groups.setdefault(found, []).append((r, t))
+                groups.setdefault(found, []).append((r, t, self._regions(t, spans)))
         counters["pii_analyzed_docs"] += sum(len(v) for v in groups.values())
         new_texts: dict[int, str] = {}
         types_by_row: dict[int, list[str]] = {}
-        # full analysis, only for the entity types the scan found (results are per type, so this is exact)
-        for ents, items in sorted(groups.items()):
+        # full analysis of the regions around the hits, only for the entity types the scan found
+        # (Presidio's results are per type, and depend only on the text around an item)
+        for ents, items in sorted(groups.items(), key=lambda kv: kv[0]):
+            pieces = [(i, a, b) for i, (_, t, regs) in enumerate(items) for a, b in regs]
             results = self._batch.analyze_iterator(
-                [t for _, t in items], language=c.language, batch_size=c.batch_size, entities=list(ents), score_threshold=c.score_threshold
+                [items[i][1][a:b] for i, a, b in pieces], language=c.language, batch_size=c.batch_size,
+                entities=list(ents), score_threshold=c.score_threshold,
             )
-            for (r, t), res in zip(items, results):
-                if not res:
-                    continue
+            per_doc: dict[int, list] = {}
+            for (i, a, b), res in zip(pieces, results):
+                n = len(items[i][1])
+                for x in res:
+                    if (a > 0 and x.start < _EDGE_CHARS) or (b < n and x.end > (b - a) - _EDGE_CHARS):
+                        continue  # only a cut can put an item there: the scan hits are far inside
+                    x.start += a
+                    x.end += a
+                    per_doc.setdefault(i, []).append(x)
+            for i, res in sorted(per_doc.items()):
+                r, t, _ = items[i]
                 out = self._anonymizer.anonymize(text=t, analyzer_results=res, operators=self._operators)
                 types = [it.entity_type for it in sorted(out.items, key=lambda it: (it.start, it.end))]
                 if out.text != t:
