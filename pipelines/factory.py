@@ -12,6 +12,7 @@ from functools import lru_cache
 from kfp import dsl, kubernetes
 
 from prepline import registry
+from prepline.components.fine_tune import fine_tune
 from prepline.components.ray_stage import execute_ray_job, prepare_args, start_ray_cluster, stop_ray_cluster
 
 #: defaults that work on one machine (kfp.local + a local Ray head per stage)
@@ -25,6 +26,16 @@ S3_SECRET_KEYS = {"AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_K
 GLOBAL_STAGES = ["doc_id", "exact_dedup", "fuzzy_dedup", "lang_id"]
 BRANCH_STAGES = ["doc_quality", "pii_redactor", "hap", "filter", "tokenization"]
 DEFAULT_LANGUAGES = ["en", "ja", "fr"]
+#: the super pipeline's default training parameters: the branches' tokenizers differ when each
+#: branch trains its own (tokenization's default), so one vocabulary per tokenizer (docs/fine_tune.md)
+DEFAULT_TRAIN_PARAMS = {"mixed_tokenizers": "separate"}
+TRAIN_PARAMS_DOC = """
+    train_mode: Fine-tuning at the end: 'local' (a subprocess of the step) or 'cluster' (a Kubeflow Trainer TrainJob).
+    train_languages: Languages whose token shards train the model (a JSON list); [] = every branch of languages.
+    train_params_json: Training parameters as JSON (steps, batch_size, lr, seq_len, seed, base_model, ...: docs/fine_tune.md).
+    trainjob_json: TrainJob options as JSON (namespace, runtime, image, num_nodes, resources_per_node, active_deadline_seconds, ...).
+    train_timeout_seconds: Maximum time the fine-tuning step waits for training.
+"""
 
 COMMON_PARAMS = """
     work_root: Folder or s3:// URI under which every stage writes <work_root>/<run id>/[lang=<branch>/]<stage>.
@@ -135,8 +146,8 @@ def default_filter_criteria() -> list[str]:
     names = set(registry.names())
     if "doc_quality" in names:
         crit.append("dq_gopher_pass")
-    if "hap" in names:
-        crit.append("hap_score < 0.9")
+    if "hap" in names:  # the packaged profanity model is English-only: do not judge other languages by it
+        crit.append("(lang <> 'en' OR hap_score < 0.9)")
     return crit
 
 
@@ -157,6 +168,11 @@ def super_pipeline():
         timeout_seconds: int = 86400,
         start_timeout_seconds: int = 900,
         s3_secret_name: str = DEFAULT_S3_SECRET,
+        train_mode: str = "local",
+        train_languages: list = [],
+        train_params_json: str = json.dumps(DEFAULT_TRAIN_PARAMS),
+        trainjob_json: str = "{}",
+        train_timeout_seconds: int = 86400,
     ):
         common = dict(work_root=work_root, overrides_json=overrides_json, provider=provider, provider_json=provider_json,
                       cluster_json=cluster_json, max_failed_files=max_failed_files, timeout_seconds=timeout_seconds,
@@ -184,6 +200,14 @@ def super_pipeline():
                 ).set_display_name(s)
                 t.after(bprev if bprev is not None else prev)
                 bprev, bprev_name = t, s
+        if bprev_name == "tokenization":  # fan-in: train on the branches' token shards (found by their paths)
+            ft = fine_tune(
+                mode=train_mode, work_root=work_root, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, languages=languages,
+                train_languages=train_languages, train_params_json=train_params_json, trainjob_json=trainjob_json,
+                s3_secret_name=s3_secret_name, timeout_seconds=train_timeout_seconds,
+            ).after(bprev)
+            ft.set_display_name("fine_tune").set_caching_options(False)
+            _with_s3_secret(ft, s3_secret_name)
 
     body.__doc__ = (
         "The super pipeline: " + " → ".join(glob) + (" → per language: " + " → ".join(branch) if branch else "") + ".\n\n"
@@ -192,6 +216,7 @@ def super_pipeline():
         + "\n".join(l for l in COMMON_PARAMS.splitlines() if l.strip().split(":")[0] in
                     ("work_root", "overrides_json", "provider", "provider_json", "cluster_json", "max_failed_files", "timeout_seconds",
                      "start_timeout_seconds", "s3_secret_name"))
+        + (TRAIN_PARAMS_DOC if "tokenization" in branch else "")
     )
     body.__name__ = "super_pipeline"
     return dsl.pipeline(name="prepline-super", description="prepline super pipeline: every stage, one cluster per stage, per-language branches")(body)
@@ -199,6 +224,9 @@ def super_pipeline():
 
 def pipelines() -> dict:
     """Every pipeline by its name (the compiled file stem)."""
+    from prepline.pipelines.chained import chained_super_pipeline
+
     out = {t: simple_pipeline(t) for t in registry.names()}
     out["super"] = super_pipeline()
+    out["super_chained"] = chained_super_pipeline()
     return out

@@ -21,7 +21,8 @@ The tokenizer (Hugging Face ``tokenizers``) is either
 
 Documents are encoded with the library's batch API (``encode_batch_fast`` when present, else
 ``encode_batch``) in batches of about 2 M characters (at most 16,384 documents), so memory
-does not grow with the file.
+does not grow with the file; the next batch is encoded in a helper thread while the ids of
+the previous one become arrays.
 A document of ``chunk_chars`` characters or more is split into pieces of at most
 ``chunk_chars`` characters, each cut at the start of the last white-space run before the
 limit (a hard cut only when a piece has no white space at all), and the pieces' ids are
@@ -87,7 +88,7 @@ class TokenizationConfig(TransformConfig):
     )
     vocab_size: int = param(8192, "vocabulary size of the BPE trained on the input (tokenizer='' only)", min=260, max=1_000_000)
     train_chars_per_file: int = param(
-        1_000_000, "characters sampled from each file to train the tokenizer (tokenizer='' only)", min=1_000
+        500_000, "characters sampled from each file to train the tokenizer (tokenizer='' only)", min=1_000
     )
     train_max_chars: int = param(
         50_000_000, "at most this many characters train the tokenizer, taken from every file in proportion", min=1_000
@@ -321,52 +322,75 @@ def split_at_whitespace(text: str, limit: int) -> list[str]:
 
 
 class _Encoder:
-    """Batch encoding into flat int32 values + per-document counts."""
+    """Batch encoding into flat int32 values + per-document counts.
 
-    def __init__(self, tok, chunk_chars: int):
+    The batches are encoded one ahead in a helper thread (the library releases the GIL while it
+    encodes), so turning one batch's ids into arrays overlaps with encoding the next.
+    """
+
+    def __init__(self, tok, chunk_chars: int, prefetch: bool = True):
         self.tok = tok
         self.chunk = chunk_chars
+        self.prefetch = prefetch
         fast = getattr(tok, "encode_batch_fast", None)
         self._batch = fast if fast is not None else tok.encode_batch
 
-    def _encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        ids = [e.ids for e in self._batch(texts, add_special_tokens=False)]
-        counts = np.fromiter(map(len, ids), np.int64, len(ids))
-        values = np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(counts.sum()))
-        return values, counts
-
-    def encode(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray, int]:
-        """Returns (values int32, counts int64 per document, number of documents cut in pieces)."""
+    def _jobs(self, arr: pa.Array, lens: np.ndarray) -> Iterator[tuple[int, int, list[str]]]:
+        """(first doc, end doc, texts): a batch of whole documents, or pieces of the long document first."""
         n = len(arr)
-        counts = np.zeros(n, np.int64)
-        parts: list[np.ndarray] = []
-        if n == 0:
-            return np.zeros(0, np.int32), counts, 0
-        lens = pc.utf8_length(arr).to_numpy(zero_copy_only=False).astype(np.int64)
-        long_idx = np.flatnonzero(lens >= self.chunk)
         start = 0
-        for j in itertools.chain(long_idx.tolist(), [n]):
+        for j in itertools.chain(np.flatnonzero(lens >= self.chunk).tolist(), [n]):
             if j > start:  # ordinary documents start..j-1, in batches of ~BATCH_CHARS characters
                 seg = lens[start:j]
                 by_chars = (np.cumsum(seg) - seg) // BATCH_CHARS
                 by_docs = np.arange(seg.size) // BATCH_DOCS
                 cuts = np.flatnonzero(np.diff(by_chars) | np.diff(by_docs)) + 1
                 for a, b in zip(itertools.chain([0], cuts.tolist()), itertools.chain(cuts.tolist(), [j - start])):
-                    v, c = self._encode(arr.slice(start + a, b - a).to_pylist())
-                    parts.append(v)
-                    counts[start + a : start + b] = c
-            if j < n:  # one long document, its pieces in groups of ~BATCH_CHARS characters
+                    yield start + a, start + b, arr.slice(start + a, b - a).to_pylist()
+            if j < n:  # one long document: its pieces, in groups of ~BATCH_CHARS characters
                 pieces = split_at_whitespace(arr[j].as_py(), self.chunk)
                 per = max(1, BATCH_CHARS // self.chunk)
-                total = 0
                 for g in range(0, len(pieces), per):
-                    v, c = self._encode(pieces[g : g + per])
-                    parts.append(v)
-                    total += int(c.sum())
-                counts[j] = total
+                    yield j, -1, pieces[g : g + per]
             start = j + 1
+
+    def encode(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray, int]:
+        """Returns (values int32, counts int64 per document, number of documents cut in pieces)."""
+        n = len(arr)
+        counts = np.zeros(n, np.int64)
+        if n == 0:
+            return np.zeros(0, np.int32), counts, 0
+        lens = pc.utf8_length(arr).to_numpy(zero_copy_only=False).astype(np.int64)
+        parts: list[np.ndarray] = []
+
+        def take(first: int, end: int, encs) -> None:
+            ids = [e.ids for e in encs]
+            c = np.fromiter(map(len, ids), np.int64, len(ids))
+            parts.append(np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(c.sum())))
+            if end < 0:  # pieces of one document
+                counts[first] += int(c.sum())
+            else:
+                counts[first:end] = c
+
+        jobs = self._jobs(arr, lens)
+        if not self.prefetch:
+            for first, end, texts in jobs:
+                take(first, end, self._batch(texts, add_special_tokens=False))
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(1, thread_name_prefix="prepline-encode") as ex:
+                job = next(jobs, None)
+                fut = ex.submit(self._batch, job[2], add_special_tokens=False) if job else None
+                while job is not None:
+                    nxt = next(jobs, None)
+                    encs = fut.result()
+                    fut = ex.submit(self._batch, nxt[2], add_special_tokens=False) if nxt else None
+                    take(job[0], job[1], encs)
+                    del encs
+                    job = nxt
         values = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-        return values, counts, int(long_idx.size)
+        return values, counts, int((lens >= self.chunk).sum())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -592,7 +616,6 @@ class Tokenization(Transform):
 
     # final map ----------------------------------------------------------------------------------
     def setup(self, ctx) -> None:
-        self.ctx = ctx
         self._tok = self._load(ctx)
         self._enc = _Encoder(self._tok.tokenizer, self.config.chunk_chars)
 

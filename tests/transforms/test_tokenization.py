@@ -351,6 +351,21 @@ def test_truncation_and_padding_in_a_tokenizer_file_are_ignored(runs, sample, tm
     assert read_out(tmp_path / "o").column("tokens") == read_out(runs["w1"]).column("tokens")
 
 
+def test_encoder_batches_pieces_and_prefetch_agree_with_plain_encode(runs, sample):
+    from prepline.transforms.tokenization import _Encoder, build_tokenizer
+
+    tok = build_tokenizer(str(runs["w1"] / "tokens" / "tokenizer.json")).tokenizer
+    arr = pq.read_table(sample / "part-00001.parquet").column("contents").combine_chunks()
+    want = [e.ids for e in tok.encode_batch(arr.to_pylist(), add_special_tokens=False)]
+    lens = [len(w) for w in want]
+    for chunk in (1_000, 1_000_000):  # many documents in pieces (many jobs) / plain batches
+        got = [_Encoder(tok, chunk, prefetch=p).encode(arr) for p in (True, False)]
+        for values, counts, chunked in got:
+            assert counts.tolist() == lens and values.tolist() == [i for w in want for i in w]
+            assert chunked == (sum(1 for t in arr.to_pylist() if len(t) >= chunk))
+        assert chunk == 1_000_000 or got[0][2] > 10
+
+
 def test_text_spelling_the_eos_token_is_not_a_document_boundary(runs, tmp_path):
     src = tmp_path / "in"
     text = "before <|endoftext|> after"

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Build the runtime images (and push them with --push). Tags come from src/prepline/images.py, the
+# Ray and Python versions from pyproject.toml; they reach the Dockerfiles as build args.
+#
+#   bash scripts/build_images.sh              # build both images
+#   bash scripts/build_images.sh --push       # build and push (docker login to the registry first)
+#   bash scripts/build_images.sh --only ray   # or: --only launcher
+#   bash scripts/build_images.sh --dry-run    # print the docker commands, run nothing (no Docker needed)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+push=0 dry=0 only=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --push) push=1 ;;
+    --dry-run) dry=1 ;;
+    --only) only="${2:?--only needs ray or launcher}"; shift ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "build_images: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+case "$only" in ""|ray|launcher) ;; *) echo "build_images: --only takes ray or launcher, not '$only'" >&2; exit 2 ;; esac
+
+PY="${PYTHON:-python3}"
+# KEY=VALUE lines from the one tag module and the pins (Python >= 3.11 for tomllib; no install needed)
+vars="$("$PY" - <<'EOF'
+import re, shlex, sys, tomllib
+sys.path.insert(0, "src")
+from prepline import images
+
+proj = tomllib.load(open("pyproject.toml", "rb"))["project"]
+(ray_pin,) = [r for r in proj["optional-dependencies"]["ray"] if r.startswith("ray")]
+ray_version = re.fullmatch(r"ray(\[[^\]]*\])?==([0-9.]+)", ray_pin).group(2)
+py = re.fullmatch(r">=(3\.\d+),<3\.\d+", proj["requires-python"]).group(1)
+for k, v in {"RAY_IMAGE": images.RAY_IMAGE, "LAUNCHER_IMAGE": images.LAUNCHER_IMAGE, "VERSION": images.VERSION,
+             "RAY_VERSION": ray_version, "PYTHON_VERSION": py, "PYTHON_TAG": "py" + py.replace(".", "")}.items():
+    print(f"{k}={shlex.quote(v)}")
+EOF
+)"
+eval "$vars"
+
+run() {
+  if [ "$dry" -eq 1 ]; then
+    printf '%q ' "$@"; echo
+  else
+    "$@"
+  fi
+}
+
+if [ "$dry" -eq 0 ] && ! docker info >/dev/null 2>&1; then
+  echo "build_images: no Docker engine here (docker info failed); the commands it would run:" >&2
+  dry=1
+  nodocker=1
+fi
+if [ "$dry" -eq 0 ] && ! docker buildx version >/dev/null 2>&1; then
+  echo "build_images: the Dockerfiles need BuildKit (RUN --network=none): install the docker buildx plugin" >&2
+  exit 1
+fi
+
+export DOCKER_BUILDKIT=1  # RUN --network=none and the per-Dockerfile .dockerignore need BuildKit
+if [ -z "$only" ] || [ "$only" = ray ]; then
+  run docker build -f runtime_images/ray/Dockerfile -t "$RAY_IMAGE" \
+    --build-arg "IMAGE=$RAY_IMAGE" --build-arg "PREPLINE_VERSION=$VERSION" \
+    --build-arg "RAY_VERSION=$RAY_VERSION" --build-arg "PYTHON_TAG=$PYTHON_TAG" .
+  if [ "$push" -eq 1 ]; then run docker push "$RAY_IMAGE"; fi
+fi
+if [ -z "$only" ] || [ "$only" = launcher ]; then
+  run docker build -f runtime_images/launcher/Dockerfile -t "$LAUNCHER_IMAGE" \
+    --build-arg "IMAGE=$LAUNCHER_IMAGE" --build-arg "PREPLINE_VERSION=$VERSION" \
+    --build-arg "PYTHON_VERSION=$PYTHON_VERSION" .
+  if [ "$push" -eq 1 ]; then run docker push "$LAUNCHER_IMAGE"; fi
+fi
+if [ "${nodocker:-0}" -eq 1 ]; then
+  exit 1
+fi

@@ -1,0 +1,443 @@
+"""Elyra surface: a component catalog and ``.pipeline`` templates generated from the registry, and the
+one-step stage entrypoint those components run.
+
+Elyra's Kubeflow Pipelines connector reads components in the KFP **v1** ``component.yaml`` format.
+Each catalog entry runs one transform as a whole stage in a single container step
+(:func:`run_stage`: prepare → start a Ray cluster → run the transform as a Ray job → stop the
+cluster in ``finally``), reusing :mod:`prepline.stages`. Its inputs are the transform's config
+parameters, one per field (str/int/float as String/Integer/Float; bool and list[str] as JSON in a
+String, because Elyra's Boolean/JSON inputs do not survive export), plus the stage inputs shared
+with the compiled KFP pipelines (input_path, work_root, provider, provider_json, cluster_json ...).
+
+Node ``op`` ids in a ``.pipeline`` file are ``local-directory-catalog:<sha256(file name)[:12]>``:
+the templates work when ``elyra_templates/components`` is registered as a *directory* catalog.
+
+    python -m prepline.elyra run doc_id --input-path data/in --work-root data/work --run-id r1 ...
+    python scripts/gen_elyra.py [--check]        # (re)generate elyra_templates/
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import filecmp
+import hashlib
+import json
+import logging
+import shutil
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from prepline import registry, stages
+from prepline.errors import ConfigError, PreplineError
+from prepline.images import LAUNCHER_IMAGE
+
+log = logging.getLogger("prepline")
+
+#: where the catalog lives inside elyra_templates/ (register this folder as a directory catalog)
+CATALOG_SUBDIR = "components"
+CATALOG_TYPE = "local-directory-catalog"
+CATALOG_CATEGORY = "prepline"
+#: the KFP placeholder for the run's id, resolved by the KFP driver (as in the compiled pipelines)
+RUN_ID_PLACEHOLDER = "{{$.pipeline_job_uuid}}"
+PIPELINE_VERSION = 8  # Elyra 4.x pipeline (app_data) version
+_NS = uuid.UUID("0f3c2f9e-58a4-4a53-9a7c-7e7f1b3a1e10")  # for stable node/link ids
+
+# The stage inputs every component has besides the transform's own parameters:
+# (name, KFP type, default, pipeline-parameter?, description). Defaults are the compiled pipelines'.
+_DEFAULT_INPUT = "/tmp/prepline/sample"
+_DEFAULT_WORK_ROOT = "/tmp/prepline/work"
+STAGE_INPUTS: list[tuple[str, str, Any, bool, str]] = [
+    ("input_path", "String", _DEFAULT_INPUT, True,
+     "Input folder or s3:// URI of Parquet files (read by a first stage; ignored when input_stage is set)."),
+    ("work_root", "String", _DEFAULT_WORK_ROOT, True,
+     "Folder or s3:// URI under which every stage writes <work_root>/<run id>/[lang=<branch>/]<stage>."),
+    ("run_id", "String", RUN_ID_PLACEHOLDER, False,
+     "Run id shared by the stages of one run (paths and cluster names derive from it); the default is KFP's run uuid."),
+    ("branch", "String", "", False, "Language branch this stage runs for ('' outside a per-language branch)."),
+    ("input_stage", "String", "", False, "Read the output of this earlier stage of the same run instead of input_path."),
+    ("input_from_split", "String", "false", False,
+     "JSON true/false. With input_stage: read its lang=<branch> sub-folder (the first stage after lang_id's split)."),
+    ("provider", "String", "local", True,
+     "Where the Ray cluster comes from: 'kuberay' (KubeRay API server) or 'local' (a Ray head in the step's machine)."),
+    ("provider_json", "String", "{}", True,
+     'Provider options as JSON, e.g. {"server": "http://kuberay-apiserver:8888", "namespace": "kubeflow", "api_version": "v2"}.'),
+    ("cluster_json", "String", "{}", True,
+     "Cluster resources as JSON: head/workers {cpu, memory, gpu, replicas}, image, env, env_from_secrets, "
+     "tolerations, node_selector, labels, service_account, cpus_per_worker."),
+    ("max_failed_files", "Integer", 0, True,
+     "Input files allowed to fail (listed in metadata.json); the step fails beyond that."),
+    ("timeout_seconds", "Integer", 86400, True, "Maximum run time of the Ray job."),
+    ("start_timeout_seconds", "Integer", 900, True, "Maximum time to wait for the cluster to accept jobs."),
+]
+#: outputs (no name may contain 'output_': Elyra prefixes outputs with it and strips it when linking)
+STAGE_OUTPUTS = [
+    ("stage_dir", "String", "Folder or URI the stage wrote (its metadata.json is there)."),
+    ("docs_written", "Integer", "Number of documents the stage wrote."),
+]
+_KFP_TYPE = {str: "String", int: "Integer", float: "Float", bool: "String", list: "String"}
+
+
+# ----------------------------------------------------------------------------------------------
+# the entrypoint the components run
+
+
+def run_stage(
+    transform: str,
+    params: dict[str, Any],
+    *,
+    input_path: str = "",
+    work_root: str,
+    run_id: str,
+    branch: str = "",
+    input_stage: str = "",
+    input_from_split: bool = False,
+    provider: str = "local",
+    provider_json: str = "{}",
+    cluster_json: str = "{}",
+    max_failed_files: int = 0,
+    timeout_seconds: float = 86400,
+    start_timeout_seconds: float = 900,
+    poll: float = 1.0,
+    out=sys.stdout,
+) -> dict:
+    """One whole stage in one step: prepare (a bad parameter fails here, before any cluster) →
+    start the stage's Ray cluster → run the transform as a Ray job and check its metadata.json →
+    stop the cluster in ``finally``. A failure to stop fails the step, unless the stage had already
+    failed (then its own error is raised and the stop failure is logged). Returns the checked
+    metadata with ``output_path``."""
+    if not run_id or "{{" in run_id:
+        raise ConfigError(f"run_id {run_id!r} is empty or an unresolved placeholder",
+                          "run the step under KFP (which resolves {{$.pipeline_job_uuid}}) or pass --run-id")
+    stage = transform
+    plan = stages.prepare(transform, json.dumps(params), work_root, run_id, stage, branch, input_path, input_stage,
+                          input_from_split, cluster_json)
+    common = dict(provider=provider, provider_json=provider_json, cluster_json=cluster_json, run_id=run_id, stage=stage,
+                  branch=branch)
+    ok = False
+    try:
+        stages.start(**common, timeout=start_timeout_seconds)
+        meta = stages.execute(**common, transform=transform, config_json=plan["config_json"], input_path=plan["input_path"],
+                              output_path=plan["output_path"], workers=plan["workers"], max_failed_files=max_failed_files,
+                              timeout=timeout_seconds, poll=poll, out=out)
+        ok = True
+    finally:
+        try:
+            stages.stop(**common)
+        except Exception as e:  # noqa: BLE001 - reported below
+            if ok:
+                raise
+            log.error("%s: stopping cluster %s also failed: %s", stage, plan["cluster_name"], e)
+    print(stages.summary_markdown(meta, stage + (f" ({branch})" if branch else "")), file=out, flush=True)
+    return {**meta, "output_path": plan["output_path"]}
+
+
+def _parse_list(name: str, text: str) -> list[str]:
+    """A list parameter from the String input: JSON, or the single-quoted form Elyra's editor
+    shows for catalog defaults (it turns " into '), or '' for an empty list."""
+    s = text.strip()
+    if not s:
+        return []
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            v = parse(s)
+        except (ValueError, SyntaxError):
+            continue
+        if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):
+            return list(v)
+        break
+    raise ConfigError(f"parameter {name}={text!r} is not a JSON list of strings", f'pass e.g. ["a", "b"] for {name}')
+
+
+def _parse_bool(name: str, text: str) -> bool:
+    s = text.strip().lower()
+    if s in ("true", "1", "yes"):
+        return True
+    if s in ("false", "0", "no", ""):
+        return False
+    raise ConfigError(f"parameter {name}={text!r} is not a boolean", f"pass true or false for {name}")
+
+
+def typed_params(transform: str, raw: dict[str, str]) -> dict[str, Any]:
+    """The transform's parameters from the component's string arguments (types from its config)."""
+    infos = {p.name: p for p in registry.get(transform).Config.params()}
+    unknown = sorted(set(raw) - set(infos))
+    if unknown:
+        raise ConfigError(f"unknown parameter(s) {', '.join(unknown)} for {transform}",
+                          f"valid parameters: {', '.join(sorted(infos))}")
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        t = infos[k].type
+        out[k] = _parse_list(k, v) if t is list else _parse_bool(k, v) if t is bool else v
+    return out
+
+
+def _cli(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m prepline.elyra", description="Run one prepline stage (Elyra component entrypoint).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="prepare → start cluster → run transform → stop cluster (always)")
+    r.add_argument("transform")
+    for name, kfp_type, default, _, help_ in STAGE_INPUTS:
+        r.add_argument("--" + name.replace("_", "-"), dest=name, default=str(default), help=help_)
+    r.add_argument("--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"), help="a transform parameter")
+    r.add_argument("--stage-dir-file", default="", help="write the output folder here (KFP output)")
+    r.add_argument("--docs-written-file", default="", help="write the documents written here (KFP output)")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        params = typed_params(a.transform, dict(a.param))
+        ints = {}
+        for k in ("max_failed_files", "timeout_seconds", "start_timeout_seconds"):
+            try:
+                ints[k] = int(float(getattr(a, k)))
+            except ValueError:
+                raise ConfigError(f"{k}={getattr(a, k)!r} is not an integer", f"pass an integer {k}") from None
+        meta = run_stage(
+            a.transform, params, input_path=a.input_path, work_root=a.work_root, run_id=a.run_id, branch=a.branch,
+            input_stage=a.input_stage, input_from_split=_parse_bool("input_from_split", a.input_from_split),
+            provider=a.provider, provider_json=a.provider_json, cluster_json=a.cluster_json, **ints,
+        )
+    except PreplineError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for path, value in ((a.stage_dir_file, meta["output_path"]), (a.docs_written_file, str(int(meta["totals"]["docs_out"])))):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(value)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# the catalog
+
+
+def component_file(transform: str) -> str:
+    return f"{transform}.yaml"
+
+
+def component_id(transform: str) -> str:
+    """Elyra's id of a directory-catalog entry: the catalog type and a hash of its relative path."""
+    return f"{CATALOG_TYPE}:{hashlib.sha256(component_file(transform).encode()).hexdigest()[:12]}"
+
+
+def _kfp_default(p) -> str:
+    """A parameter's default as the component YAML's (string) default."""
+    if p.type is list:
+        return json.dumps(list(p.default))
+    if p.type is bool:
+        return json.dumps(bool(p.default))
+    if p.type is float:
+        return repr(float(p.default))
+    return str(p.default)
+
+
+def _param_description(p) -> str:
+    d = p.help.rstrip(".") + "."
+    if p.choices:
+        d += f" One of: {', '.join(map(str, p.choices))}."
+    if p.type is list:
+        d += ' A JSON list of strings, e.g. ["a", "b"].'
+    elif p.type is bool:
+        d += " JSON true or false."
+    return d
+
+
+def component_spec(transform: str) -> dict:
+    """The KFP v1 component.yaml of one transform's one-step stage."""
+    cls = registry.get(transform)
+    tparams = cls.Config.params()
+    clash = sorted({p.name for p in tparams} & ({n for n, *_ in STAGE_INPUTS} | {n for n, *_ in STAGE_OUTPUTS}))
+    if clash:
+        raise ValueError(f"{transform}: parameter(s) {', '.join(clash)} clash with the stage inputs of the Elyra component")
+    inputs = [{"name": p.name, "type": _KFP_TYPE[p.type], "description": _param_description(p), "default": _kfp_default(p),
+               "optional": True} for p in tparams]
+    inputs += [{"name": n, "type": t, "description": d, "default": str(v), "optional": True} for n, t, v, _, d in STAGE_INPUTS]
+    args: list[Any] = ["run", transform]
+    for n, *_ in STAGE_INPUTS:
+        args += ["--" + n.replace("_", "-"), {"inputValue": n}]
+    for p in tparams:
+        args += ["--param", p.name, {"inputValue": p.name}]
+    args += ["--stage-dir-file", {"outputPath": "stage_dir"}, "--docs-written-file", {"outputPath": "docs_written"}]
+    return {
+        "name": f"prepline {transform}",
+        "description": (
+            f"{cls.summary}. One step runs the whole stage: validate the parameters, start a Ray cluster, run "
+            f"{transform} as a Ray job (checking its metadata.json), and always stop the cluster. Parameters of type "
+            f"String marked JSON take JSON text. Generated from the prepline registry: do not edit."
+        ),
+        "inputs": inputs,
+        "outputs": [{"name": n, "type": t, "description": d} for n, t, d in STAGE_OUTPUTS],
+        "implementation": {"container": {"image": LAUNCHER_IMAGE, "command": ["python", "-m", "prepline.elyra"], "args": args}},
+    }
+
+
+def _yaml(obj: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(obj, sort_keys=False, width=120, allow_unicode=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# the .pipeline templates (pipeline-flow v3 JSON)
+
+
+def _id(*parts: str) -> str:
+    return str(uuid.uuid5(_NS, "/".join(parts)))
+
+
+def _node_value(kfp_type: str, value: Any) -> dict:
+    if kfp_type == "String":
+        return {"widget": "string", "value": value}
+    return {"widget": "number", "value": value}
+
+
+def _stage_values(transform: str, overrides: dict) -> dict[str, Any]:
+    """A node's transform parameters: the defaults with the pipeline's overrides, in the
+    component's value representation (JSON text for lists and booleans)."""
+    vals = {}
+    for p in registry.get(transform).Config.params():
+        v = overrides.get(p.name, list(p.default) if p.type is list else p.default)
+        vals[p.name] = json.dumps(v) if p.type in (list, bool) else v
+    return vals
+
+
+def _node(template: str, transform: str, label: str, pos: tuple[int, int], parent: str | None, node_inputs: dict,
+          overrides: dict) -> dict:
+    nid = _id(template, label)
+    values = _stage_values(transform, overrides)
+    params: dict[str, dict] = {p.name: _node_value(_KFP_TYPE[p.type], values[p.name]) for p in registry.get(transform).Config.params()}
+    for name, kfp_type, default, is_pipeline_param, _ in STAGE_INPUTS:
+        if is_pipeline_param:
+            params[name] = {"widget": "parameter", "value": name}
+        else:
+            params[name] = _node_value(kfp_type, node_inputs.get(name, default))
+    for name, *_ in STAGE_OUTPUTS:
+        params[f"output_{name}"] = ""
+    port_ui = {"cardinality": {"min": 0, "max": -1}}
+    inport: dict = {"id": "inPort", "app_data": {"ui_data": {**port_ui, "label": "Input Port"}}}
+    if parent:
+        inport["links"] = [{"id": _id(template, "link", label), "node_id_ref": parent, "port_id_ref": "outPort"}]
+    return {
+        "id": nid,
+        "type": "execution_node",
+        "op": component_id(transform),
+        "app_data": {
+            "component_parameters": params,
+            "label": label,
+            "ui_data": {"label": label, "x_pos": pos[0], "y_pos": pos[1],
+                        "description": f"prepline {transform}: {registry.get(transform).summary}"},
+        },
+        "inputs": [inport],
+        "outputs": [{"id": "outPort", "app_data": {"ui_data": {**port_ui, "label": "Output Port"}}}],
+    }
+
+
+def _pipeline_parameters() -> list[dict]:
+    return [{"name": n, "description": d, "default_value": {"type": t, "value": v}, "required": False}
+            for n, t, v, is_pp, d in STAGE_INPUTS if is_pp]
+
+
+def _document(template: str, name: str, description: str, nodes: list[dict]) -> dict:
+    pid = _id(template, "pipeline")
+    return {
+        "doc_type": "pipeline",
+        "version": "3.0",
+        "json_schema": "http://api.dataplatform.ibm.com/schemas/common-pipeline/pipeline-flow/pipeline-flow-v3-schema.json",
+        "id": _id(template, "document"),
+        "primary_pipeline": pid,
+        "pipelines": [{
+            "id": pid,
+            "nodes": nodes,
+            "app_data": {
+                "ui_data": {"comments": []},
+                "version": PIPELINE_VERSION,
+                "runtime_type": "KUBEFLOW_PIPELINES",
+                "properties": {
+                    "name": name,
+                    "runtime": "Kubeflow Pipelines",
+                    "description": description,
+                    "pipeline_defaults": {"disable_node_caching": "True"},
+                    "pipeline_parameters": _pipeline_parameters(),
+                },
+            },
+            "runtime_ref": "",
+        }],
+        "schemas": [],
+    }
+
+
+def simple_template(transform: str) -> dict:
+    node = _node(transform, transform, transform, (80, 80), None, {}, {})
+    return _document(transform, f"prepline-{transform.replace('_', '-')}",
+                     f"prepline {transform}: {registry.get(transform).summary}", [node])
+
+
+def super_template() -> dict:
+    """The super pipeline as Elyra nodes: the global stages in a chain, then one chain of the
+    branch stages per default language (parallel), each reading its lang=<code> split."""
+    from prepline.pipelines.factory import DEFAULT_LANGUAGES, default_overrides, super_stages
+
+    glob, branch = super_stages()
+    over = {k: v.get("params", {}) for k, v in default_overrides().items()}
+    nodes, parent, prev = [], None, ""
+    for i, s in enumerate(glob):
+        n = _node("super", s, s, (80 + 220 * i, 80), parent, {"input_stage": prev}, over.get(s, {}))
+        nodes.append(n)
+        parent, prev = n["id"], s
+    split = prev == "lang_id"
+    langs = DEFAULT_LANGUAGES if split else [""]
+    for li, lang in enumerate(langs):
+        bparent, bprev = parent, prev
+        for i, s in enumerate(branch):
+            label = f"{s}-{lang}" if lang else s
+            inputs = {"input_stage": bprev, "branch": lang,
+                      "input_from_split": json.dumps(split and i == 0)}
+            n = _node("super", s, label, (80 + 220 * (len(glob) + i), 80 + 160 * li), bparent, inputs, over.get(s, {}))
+            nodes.append(n)
+            bparent, bprev = n["id"], s
+    desc = "prepline super pipeline: " + " → ".join(glob) + (
+        f" → per language ({', '.join(langs)}): " + " → ".join(branch) if branch and split else
+        (" → " + " → ".join(branch) if branch else ""))
+    return _document("super", "prepline-super", desc, nodes)
+
+
+TEMPLATE_TRANSFORM = "doc_id"
+
+
+def generate() -> dict[str, str]:
+    """Every generated file of elyra_templates/ by its relative path."""
+    files = {f"{CATALOG_SUBDIR}/{component_file(t)}": _yaml(component_spec(t)) for t in registry.names()}
+    if TEMPLATE_TRANSFORM in registry.names():
+        files[f"{TEMPLATE_TRANSFORM}.pipeline"] = json.dumps(simple_template(TEMPLATE_TRANSFORM), indent=2) + "\n"
+    files["super.pipeline"] = json.dumps(super_template(), indent=2, ensure_ascii=False) + "\n"
+    return files
+
+
+def sync(target: Path, check: bool = False) -> list[str]:
+    """Generate into a temp dir and compare with ``target`` (the generated files only: *.yaml under
+    the catalog folder and *.pipeline); unless ``check``, write the differences. Returns them."""
+    files = generate()
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = Path(tmp)
+        for rel, text in files.items():
+            (fresh / rel).parent.mkdir(parents=True, exist_ok=True)
+            (fresh / rel).write_text(text)
+        new = set(files)
+        old = {str(p.relative_to(target)) for p in [*target.glob(f"{CATALOG_SUBDIR}/*.yaml"), *target.glob("*.pipeline")]} \
+            if target.exists() else set()
+        diffs = [f"missing: {n}" for n in sorted(new - old)] + [f"stale: {n}" for n in sorted(old - new)]
+        diffs += [f"changed: {n}" for n in sorted(new & old) if not filecmp.cmp(fresh / n, target / n, shallow=False)]
+        if not check and diffs:
+            for n in old - new:
+                (target / n).unlink()
+            for n in new:
+                (target / n).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(fresh / n, target / n)
+    return diffs
+
+
+if __name__ == "__main__":
+    sys.exit(_cli())

@@ -1,0 +1,391 @@
+"""The Elyra catalog and templates: generated from the registry, in the format Elyra parses, valid
+and exportable with the real Elyra CLI, with the same stage structure as the compiled pipelines;
+and the one-step stage entrypoint the components run, against a real local Ray head."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from prepline import registry
+from prepline.elyra import (
+    CATALOG_SUBDIR, RUN_ID_PLACEHOLDER, STAGE_INPUTS, STAGE_OUTPUTS, _cli, _parse_list, component_id, generate, sync,
+    typed_params,
+)
+from prepline.images import LAUNCHER_IMAGE
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATES = ROOT / "elyra_templates"
+COMPILED = ROOT / "compiled" / "pipelines"
+CATALOG = TEMPLATES / CATALOG_SUBDIR
+
+
+def _component(transform: str) -> dict:
+    return yaml.safe_load((CATALOG / f"{transform}.yaml").read_text())
+
+
+def _pipeline_docs() -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(TEMPLATES.glob("*.pipeline"))}
+
+
+# ---------------------------------------------------------------------------------------------
+# generated files (no Elyra needed)
+
+
+def test_generated_files_are_up_to_date():
+    assert sync(TEMPLATES, check=True) == [], "run scripts/gen_elyra.py and commit elyra_templates/"
+
+
+@pytest.mark.slow
+def test_check_reports_and_sync_fixes_a_stale_tree(tmp_path):
+    t = tmp_path / "elyra_templates"
+    shutil.copytree(TEMPLATES, t)
+    (t / CATALOG_SUBDIR / "doc_id.yaml").write_text((t / CATALOG_SUBDIR / "doc_id.yaml").read_text().replace("contents", "text"))
+    (t / CATALOG_SUBDIR / "old_transform.yaml").write_text("name: gone\n")
+    (t / "super.pipeline").unlink()
+    assert sync(t, check=True) == ["missing: super.pipeline", f"stale: {CATALOG_SUBDIR}/old_transform.yaml",
+                                   f"changed: {CATALOG_SUBDIR}/doc_id.yaml"]
+    assert not (t / "super.pipeline").exists()  # --check writes nothing
+    assert len(sync(t)) == 3 and sync(t, check=True) == []
+    assert (t / "README.md").read_text() == (TEMPLATES / "README.md").read_text()  # hand-written files are left alone
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_elyra.py"), "--check"], capture_output=True, text=True)
+    assert out.returncode == 0 and "up to date" in out.stdout, out.stdout + out.stderr
+
+
+def test_one_catalog_entry_per_transform_in_v1_format():
+    assert sorted(p.stem for p in CATALOG.glob("*.yaml")) == registry.names()
+    for t in registry.names():
+        c = _component(t)
+        assert set(c) == {"name", "description", "inputs", "outputs", "implementation"}  # v1, not compiled v2 IR
+        assert "pipelineSpec" not in c and "deploymentSpec" not in c
+        ctr = c["implementation"]["container"]
+        assert ctr["image"] == LAUNCHER_IMAGE
+        assert ctr["command"] == ["python", "-m", "prepline.elyra"] and ctr["args"][:2] == ["run", t]
+        infos = {p.name: p for p in registry.get(t).Config.params()}
+        inputs = {i["name"]: i for i in c["inputs"]}
+        assert list(inputs) == list(infos) + [n for n, *_ in STAGE_INPUTS]
+        for i in c["inputs"]:
+            # only the types that survive Elyra's export; defaults as strings (Elyra calls .replace on them)
+            assert i["type"] in ("String", "Integer", "Float") and i["optional"] is True and isinstance(i["default"], str), i
+            assert i["description"]
+        for name, p in infos.items():
+            assert inputs[name]["description"].startswith(p.help.rstrip(".")), name
+            assert inputs[name]["type"] == {str: "String", int: "Integer", float: "Float", bool: "String", list: "String"}[p.type]
+        assert [o["name"] for o in c["outputs"]] == [n for n, *_ in STAGE_OUTPUTS]
+        assert not any("output_" in o["name"] for o in c["outputs"])
+        # every input is passed exactly once, by value; the outputs by path
+        refs = [a for a in ctr["args"] if isinstance(a, dict)]
+        assert sorted(r["inputValue"] for r in refs if "inputValue" in r) == sorted(inputs)
+        assert sorted(r["outputPath"] for r in refs if "outputPath" in r) == sorted(o["name"] for o in c["outputs"])
+
+
+@pytest.mark.parametrize("transform", registry.names())
+def test_component_defaults_round_trip_to_the_config_defaults(transform):
+    """The command line the container gets with every default parses back to the config's defaults,
+    also with the single-quoted list defaults Elyra's editor shows (it turns " into ')."""
+    c = _component(transform)
+    infos = {p.name: p for p in registry.get(transform).Config.params()}
+    raw = {i["name"]: i["default"] for i in c["inputs"] if i["name"] in infos}
+    want = {k: (list(p.default) if p.type is list else p.default) for k, p in infos.items()}
+    got = typed_params(transform, raw)
+    got = {k: (float(v) if infos[k].type is float else int(v) if infos[k].type is int else v) for k, v in got.items()}
+    assert got == want
+    mangled = {k: v.replace('"', "'") for k, v in raw.items()}
+    assert typed_params(transform, mangled) == typed_params(transform, raw)
+
+
+def test_list_and_bad_values_fail_with_the_parameter_named():
+    from prepline.errors import ConfigError
+
+    assert _parse_list("criteria", "['a > 1', \"b = 'x'\"]") == ["a > 1", "b = 'x'"]
+    assert _parse_list("criteria", "") == []
+    with pytest.raises(ConfigError, match="criteria"):
+        _parse_list("criteria", "[1, 2]")
+    with pytest.raises(ConfigError, match="split"):
+        typed_params("lang_id", {"split": "maybe"})
+    with pytest.raises(ConfigError, match="unknown parameter"):
+        typed_params("doc_id", {"nope": "1"})
+
+
+def test_templates_reference_the_catalog_and_mirror_the_stages():
+    from prepline.pipelines.factory import DEFAULT_INPUT, DEFAULT_LANGUAGES, DEFAULT_WORK_ROOT, super_stages
+
+    docs = _pipeline_docs()
+    assert set(docs) == {"doc_id", "super"}
+    ids = {component_id(t): t for t in registry.names()}
+    defaults = {n: v for n, _, v, *_ in STAGE_INPUTS}
+    assert defaults["input_path"] == DEFAULT_INPUT and defaults["work_root"] == DEFAULT_WORK_ROOT
+    for name, d in docs.items():
+        assert d["version"] == "3.0" and d["doc_type"] == "pipeline"
+        (p,) = d["pipelines"]
+        assert p["id"] == d["primary_pipeline"] and p["app_data"]["runtime_type"] == "KUBEFLOW_PIPELINES"
+        for n in p["nodes"]:
+            assert n["op"] in ids, f"{name}: node {n['app_data']['label']} references no catalog entry"
+            params = n["app_data"]["component_parameters"]
+            declared = {i["name"] for i in _component(ids[n["op"]])["inputs"]}
+            assert declared <= set(params), declared - set(params)
+    glob, branch = super_stages()
+    stages_ = [ids[n["op"]] for n in docs["super"]["pipelines"][0]["nodes"]]
+    assert stages_ == glob + branch * len(DEFAULT_LANGUAGES)
+    assert [ids[n["op"]] for n in docs["doc_id"]["pipelines"][0]["nodes"]] == ["doc_id"]
+
+
+def test_generation_is_deterministic():
+    assert generate() == generate()
+
+
+# ---------------------------------------------------------------------------------------------
+# the entrypoint, as the container runs it, against a real local Ray head
+
+
+def _command(transform: str, values: dict[str, str], outdir: Path) -> list[str]:
+    """The container's command line from the catalog entry, placeholders filled like KFP does."""
+    c = _component(transform)
+    vals = {i["name"]: i["default"] for i in c["inputs"]} | values
+    argv = []
+    for a in c["implementation"]["container"]["args"]:
+        if isinstance(a, dict) and "inputValue" in a:
+            argv.append(vals[a["inputValue"]])
+        elif isinstance(a, dict):
+            argv.append(str(outdir / a["outputPath"]))
+        else:
+            argv.append(a)
+    return [sys.executable, *c["implementation"]["container"]["command"][1:], *argv]
+
+
+def test_bad_parameter_fails_before_any_cluster(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PREPLINE_LOCAL_CLUSTERS", str(tmp_path / "clusters"))
+    argv = _command("doc_id", {"start_id": "-1", "input_path": str(tmp_path), "work_root": str(tmp_path / "w"), "run_id": "r"},
+                    tmp_path / "out")
+    assert _cli(argv[3:]) == 2
+    assert "start_id=-1 must be >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "clusters").exists() or not list((tmp_path / "clusters").glob("*.json"))
+    assert _cli(_command("doc_id", {"input_path": str(tmp_path), "work_root": str(tmp_path / "w")}, tmp_path / "o")[3:]) == 2
+    assert "unresolved placeholder" in capsys.readouterr().err  # the KFP run id must have been substituted
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.integration
+def test_component_command_runs_the_whole_stage_and_always_stops(tmp_path, corpus, monkeypatch):
+    """The exact container command of the doc_id entry: prepare → start a local Ray head → run the
+    job → stop; outputs written; a failing job fails the step and the cluster is stopped anyway."""
+    pytest.importorskip("ray", reason="the local provider needs the ray extra (the Elyra-only venv has none)")
+    clusters = tmp_path / "clusters"
+    monkeypatch.setenv("PREPLINE_LOCAL_CLUSTERS", str(clusters))
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    # one worker actor (the local head gets head + worker CPUs); a job that hangs fails the step in 5 minutes
+    common = {"work_root": str(tmp_path / "w"), "run_id": "elyra-run-1", "cluster_json": '{"workers": {"cpu": "1", "replicas": 1}}',
+              "timeout_seconds": "300", "start_timeout_seconds": "300"}
+    try:
+        _run_stage_commands(tmp_path, corpus, env, common, clusters)
+    finally:  # a step killed by the timeout cannot stop its cluster: never leave one behind
+        from prepline.clusters.local import LocalProvider
+
+        for f in clusters.glob("*.json"):
+            LocalProvider().delete(f.stem)
+
+
+def _run_stage_commands(tmp_path, corpus, env, common, clusters):
+    out = tmp_path / "out"
+    t0 = time.time()
+    r = subprocess.run(_command("doc_id", {**common, "input_path": str(corpus), "start_id": "100"}, out), env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    stage_dir = tmp_path / "w" / "elyra-run-1" / "doc_id"
+    assert (out / "stage_dir").read_text() == str(stage_dir) and (out / "docs_written").read_text() == "10"
+    meta = json.loads((stage_dir / "metadata.json").read_text())
+    assert meta["status"] == "success" and meta["totals"]["docs_out"] == 10
+    assert "| docs out | 10 |" in r.stdout  # the stage summary, in the step's log
+    import pyarrow.dataset as ds
+
+    ids = sorted(ds.dataset(stage_dir, format="parquet", exclude_invalid_files=True).to_table(columns=["doc_id"])["doc_id"].to_pylist())
+    assert ids == list(range(100, 110))
+    assert not list(clusters.glob("*.json")), "the cluster was not stopped"
+    print(f"doc_id stage via the Elyra entrypoint: {time.time() - t0:.1f}s")
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "x.parquet").write_bytes(b"not parquet")
+    r = subprocess.run(_command("doc_id", {**common, "run_id": "elyra-run-2", "input_path": str(bad)}, tmp_path / "out2"),
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "FAILED" in r.stderr, r.stdout[-3000:] + r.stderr[-3000:]
+    assert not list(clusters.glob("*.json")), "the cluster of a failed stage was not stopped"
+    assert not (tmp_path / "out2" / "stage_dir").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# the real Elyra CLI: register the catalog headless, validate and export every template
+
+# (tests/elyra itself is importable as a namespace package "elyra": only a real package counts)
+_spec = importlib.util.find_spec("elyra")
+HAVE_ELYRA = _spec is not None and _spec.origin is not None and (Path(sys.executable).parent / "elyra-pipeline").exists()
+RUNTIME = "prepline-kfp"
+
+
+def _elyra_bin(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+@pytest.fixture(scope="module")
+def elyra_env(tmp_path_factory):
+    """A private Jupyter/Elyra home with the catalog (directory connector) and a KFP runtime config
+    registered through the CLI, as elyra_templates/README.md says."""
+    home = tmp_path_factory.mktemp("elyra-home")
+    env = {**os.environ, "HOME": str(home), "JUPYTER_DATA_DIR": str(home / "data"), "JUPYTER_CONFIG_DIR": str(home / "config"),
+           "JUPYTER_RUNTIME_DIR": str(home / "data" / "runtime"), "JUPYTER_PLATFORM_DIRS": "1"}
+    (home / "data" / "runtime").mkdir(parents=True)
+    cmds = [
+        [_elyra_bin("elyra-metadata"), "create", "component-catalogs", "--schema_name=local-directory-catalog",
+         "--display_name=prepline", "--runtime_type=KUBEFLOW_PIPELINES", f"--paths=['{CATALOG}']", "--categories=['prepline']"],
+        [_elyra_bin("elyra-metadata"), "create", "runtimes", "--schema_name=kfp", f"--name={RUNTIME}", "--display_name=prepline KFP",
+         "--api_endpoint=http://127.0.0.1:8888/pipeline", "--cos_endpoint=http://127.0.0.1:9000", "--cos_bucket=prepline-elyra",
+         "--cos_auth_type=USER_CREDENTIALS", "--cos_username=minio", "--cos_password=minio123"],
+    ]
+    for c in cmds:
+        r = subprocess.run(c, env=env, capture_output=True, text=True, timeout=300, cwd=home)
+        assert r.returncode == 0, r.stdout + r.stderr
+    return env, home
+
+
+def _elyra(env, home, *args) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.time()
+    r = subprocess.run([_elyra_bin("elyra-pipeline"), *args], env=env, capture_output=True, text=True, timeout=600, cwd=home)
+    return r, time.time() - t0
+
+
+def _chains(tasks: dict, stage_of, branch_of) -> tuple[list[str], dict[str, list[str]], dict[str, str]]:
+    """(global chain, chain per branch, first-branch-task → its parent stage) from a DAG's tasks."""
+    children: dict[str | None, list[str]] = {}
+    for name, t in tasks.items():
+        deps = t.get("dependentTasks", [])
+        assert len(deps) <= 1, f"{name} depends on {deps}: expected chains"
+        children.setdefault(deps[0] if deps else None, []).append(name)
+
+    def walk(start: str) -> list[str]:
+        out = [start]
+        while True:
+            nxt = [c for c in children.get(out[-1], []) if branch_of(c) == branch_of(start)]
+            if not nxt:
+                return out
+            assert len(nxt) == 1
+            out.append(nxt[0])
+
+    (root,) = children[None]
+    glob = walk(root)
+    branches, parents = {}, {}
+    for g in glob:
+        for c in children.get(g, []):
+            if branch_of(c) != branch_of(g):
+                branches[branch_of(c)] = [stage_of(x) for x in walk(c)]
+                parents[branch_of(c)] = stage_of(g)
+    return [stage_of(x) for x in glob], branches, parents
+
+
+def _ours(name: str) -> tuple[list[str], dict[str, list[str]], dict]:
+    """The stage structure of the compiled pipeline: root chain and, for super, the ParallelFor body."""
+    spec = next(d for d in yaml.safe_load_all((COMPILED / f"{name}.yaml").read_text()) if d)
+    by_dash = {t.replace("_", "-"): t for t in registry.names()}
+    if name != "super":
+        return [spec["pipelineInfo"]["name"].replace("-", "_")], {}, spec
+    tasks = spec["root"]["dag"]["tasks"]
+    loop = [k for k, t in tasks.items() if "parameterIterator" in t]
+    glob_tasks = {k: t for k, t in tasks.items() if k not in loop}
+    glob, _, _ = _chains(glob_tasks, lambda k: by_dash[k], lambda k: "")
+    branches = {}
+    if loop:
+        (lk,) = loop
+        assert tasks[lk]["dependentTasks"] == [glob[-1].replace("_", "-")]
+        body = spec["components"][tasks[lk]["componentRef"]["name"]]["dag"]["tasks"]
+        chain, _, _ = _chains(body, lambda k: by_dash[k], lambda k: "")
+        langs = spec["root"]["inputDefinitions"]["parameters"]["languages"]["defaultValue"]
+        branches = {lang: chain for lang in langs}
+    return glob, branches, spec
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_ELYRA, reason="elyra is not installed in this interpreter (pip install -e '.[kfp,test,elyra]' "
+                                           "in a venv of its own: elyra 4.1.1 pins click==8.1.8, the pii extra's spacy needs >=8.2.1)")
+@pytest.mark.parametrize("template", ["doc_id", "super"])
+def test_elyra_validates_and_exports_with_our_stage_structure(template, elyra_env, tmp_path):
+    env, home = elyra_env
+    path = TEMPLATES / f"{template}.pipeline"
+    r, t_validate = _elyra(env, home, "validate", "--runtime-config", RUNTIME, str(path))
+    assert r.returncode == 0 and "validation SUCCEEDED" in r.stdout, r.stdout[-4000:] + r.stderr[-4000:]
+    out = tmp_path / f"{template}.yaml"
+    r, t_export = _elyra(env, home, "export", "--runtime-config", RUNTIME, "--output", str(out), str(path))
+    assert r.returncode == 0 and out.exists(), r.stdout[-4000:] + r.stderr[-4000:]
+    print(f"{template}: validate {t_validate:.1f}s, export {t_export:.1f}s")
+
+    spec = next(d for d in yaml.safe_load_all(out.read_text()) if d)
+    tasks = spec["root"]["dag"]["tasks"]
+    execs = spec["deploymentSpec"]["executors"]
+
+    def container(k):
+        return execs[spec["components"][tasks[k]["componentRef"]["name"]]["executorLabel"]]["container"]
+
+    def const(k, p):
+        return tasks[k]["inputs"]["parameters"][p]["runtimeValue"]["constant"]
+
+    stage_of = lambda k: container(k)["args"][1]  # noqa: E731 - "run <transform> ..."
+    glob, branches, parents = _chains(tasks, stage_of, lambda k: const(k, "branch"))
+    want_glob, want_branches, ours = _ours(template)
+    assert glob == want_glob
+    assert branches == want_branches
+    assert set(parents.values()) <= {want_glob[-1]}
+
+    # the same run-id placeholder as the compiled pipelines, the launcher image, no caching
+    compiled_doc_id = (COMPILED / "doc_id.yaml").read_text()
+    assert f"constant: '{RUN_ID_PLACEHOLDER}'" in compiled_doc_id
+    for k, t in tasks.items():
+        assert container(k)["image"] == LAUNCHER_IMAGE
+        assert const(k, "run_id") == RUN_ID_PLACEHOLDER
+        assert not t.get("cachingOptions", {}).get("enableCache"), k
+        for p in ("input_path", "work_root", "provider", "provider_json", "cluster_json"):
+            assert tasks[k]["inputs"]["parameters"][p] == {"componentInputParameter": p}
+    # each stage reads its predecessor (the first of a branch: lang_id's split) in the same run
+    for chain_tasks in _task_chains(tasks, lambda k: const(k, "branch")):
+        for i, k in enumerate(chain_tasks):
+            prev = stage_of(chain_tasks[i - 1]) if i else (parents.get(const(k, "branch"), "") if const(k, "branch") else "")
+            assert const(k, "input_stage") == prev, k
+            assert json.loads(const(k, "input_from_split")) == (bool(const(k, "branch")) and i == 0), k
+    # pipeline parameters: the compiled pipeline's names and defaults
+    ours_params = ours["root"]["inputDefinitions"]["parameters"]
+    for p, d in spec["root"]["inputDefinitions"]["parameters"].items():
+        assert d["defaultValue"] == ours_params[p]["defaultValue"], p
+    if template == "super":
+        # the per-stage parameters the compiled super pipeline sets by default (overrides_json)
+        overrides = json.loads(ours_params["overrides_json"]["defaultValue"])
+        for k in tasks:
+            s = stage_of(k)
+            for name, v in overrides.get(s, {}).get("params", {}).items():
+                raw = const(k, name)
+                assert typed_params(s, {name: raw if isinstance(raw, str) else str(raw)})[name] == v, (k, name)
+
+
+def _task_chains(tasks: dict, branch_of) -> list[list[str]]:
+    """Task keys as chains: the global one (branch '') and one per branch, each from its head."""
+    by_parent: dict[str | None, list[str]] = {}
+    for k, t in tasks.items():
+        by_parent.setdefault((t.get("dependentTasks") or [None])[0], []).append(k)
+    chains = []
+    heads = [k for k, t in tasks.items()
+             if not t.get("dependentTasks") or branch_of(t["dependentTasks"][0]) != branch_of(k)]
+    for h in heads:
+        chain = [h]
+        while True:
+            nxt = [c for c in by_parent.get(chain[-1], []) if branch_of(c) == branch_of(h)]
+            if not nxt:
+                break
+            chain.append(nxt[0])
+        chains.append(chain)
+    return chains
