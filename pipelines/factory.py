@@ -28,7 +28,8 @@ BRANCH_STAGES = ["doc_quality", "pii_redactor", "hap", "filter", "tokenization"]
 DEFAULT_LANGUAGES = ["en", "ja", "fr"]
 #: the super pipeline's default training parameters: the branches' tokenizers differ when each
 #: branch trains its own (tokenization's default), so one vocabulary per tokenizer (docs/fine_tune.md)
-DEFAULT_TRAIN_PARAMS = {"mixed_tokenizers": "separate"}
+#: and a short run (about a minute on 2 CPU cores) so the local super pipeline stays quick; raise steps for real use
+DEFAULT_TRAIN_PARAMS = {"mixed_tokenizers": "separate", "steps": 60, "seq_len": 128, "batch_size": 8, "checkpoint_every": 20}
 TRAIN_PARAMS_DOC = """
     train_mode: Fine-tuning at the end: 'local' (a subprocess of the step) or 'cluster' (a Kubeflow Trainer TrainJob).
     train_languages: Languages whose token shards train the model (a JSON list); [] = every branch of languages.

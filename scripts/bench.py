@@ -85,7 +85,7 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=16)
     ap.add_argument("--work", default=str(ROOT / "runs" / "bench"))
     ap.add_argument("--workers", type=int, default=1, help="workers per stage (1: per-core cost, comparable to the 1-process copy)")
-    ap.add_argument("--only", default="", help="comma-separated stages (their inputs are built as needed)")
+    ap.add_argument("--only", default="", help="comma-separated stages, run in pipeline order, each on the previous one's output")
     ap.add_argument("--memory-sizes", default="", help="also run the --only stages at these corpus sizes and compare peak RSS")
     ap.add_argument("--json", default="", help="write the results here too")
     args = ap.parse_args()
@@ -112,27 +112,25 @@ def main() -> int:
         rows.append({"docs": docs, "stage": "parquet copy", "seconds": copy_s, "docs_per_s": docs / copy_s, "mb_per_s": mb / copy_s, "ratio": 1.0})
         prev = sample
         outputs = {"sample": sample}
-        # run every stage up to the last wanted one, in order (a stage reads the previous output)
-        last = max(order.index(w) for w in wanted)
-        for name in order[: last + 1]:
+        # the wanted stages, in pipeline order; each reads its spec's input stage if that ran, else the previous one
+        for name in [n for n in order if n in wanted]:
             spec = specs.get(name, {})
             src = outputs.get(spec.get("input", ""), prev)
             dst = work / name
             params = spec.get("params", {})
             secs, rss, meta = run_stage(name, src, dst, params, args.workers)
-            outputs[name], prev = dst, (dst if not spec.get("passthrough") else prev)
+            outputs[name], prev = dst, dst
             t = meta["totals"]
             in_mb = t["bytes_in"] / 1e6
             row = {"docs": docs, "stage": name, "seconds": secs, "docs_per_s": t["docs_in"] / secs, "mb_per_s": in_mb / secs,
                    "ratio": secs / (copy_s * in_mb / mb) if mb else None, "peak_rss_mib": rss,
                    "docs_in": t["docs_in"], "docs_out": t["docs_out"], "removed": t["removed"]}
             baseline = getattr(spec.get("module"), "baseline", None)
-            if baseline and name in wanted:
+            if baseline:
                 row["baseline"] = baseline(src)
-            if name in wanted:
-                rows.append(row)
-            if spec.get("targets") and name in wanted:
+            if spec.get("targets"):
                 row["targets"] = spec["targets"]
+            rows.append(row)
     print(f"\n{'docs':>8}  {'stage':<14}{'seconds':>9}{'docs/s':>10}{'MB/s':>8}{'×copy':>7}{'RSS MiB':>9}  notes")
     for r in rows:
         notes = ""

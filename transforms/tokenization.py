@@ -91,7 +91,7 @@ class TokenizationConfig(TransformConfig):
         500_000, "characters sampled from each file to train the tokenizer (tokenizer='' only)", min=1_000
     )
     train_max_chars: int = param(
-        50_000_000, "at most this many characters train the tokenizer, taken from every file in proportion", min=1_000
+        5_000_000, "at most this many characters train the tokenizer, taken from every file in proportion", min=1_000
     )
     seed: int = param(42, "seed of the training sample (tokenizer='' only)", min=0)
     eos_token: str = param(

@@ -10,7 +10,7 @@ from typing import Any
 
 from prepline import __version__, registry
 from prepline.config import ParamInfo
-from prepline.errors import ConfigError, PreplineError
+from prepline.errors import ConfigError, PreplineError, RunFailed
 
 EXIT_USAGE, EXIT_FAILED = 2, 1
 
@@ -296,7 +296,13 @@ def cmd_pipeline(argv: list[str]) -> int:
             args[k] = v
         if isinstance(args[k], (dict,)) or (k.endswith("_json") and not isinstance(args[k], str)):
             args[k] = json.dumps(args[k])
-    secs = run_local(a.name, args, str(work / "kfp"))
+    try:
+        secs = run_local(a.name, args, str(work / "kfp"))
+    except RuntimeError as e:  # kfp.local's "pipeline finished with status FAILURE ..."
+        import re
+
+        msg = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
+        raise RunFailed(msg, f"see the failing task's log above; its outputs are under {work / 'kfp'}") from None
     _console().print(f"[bold]{a.name}[/]: succeeded in {secs:,.0f}s; stage outputs and metadata.json under {work / 'stages'}, "
                      f"KFP task outputs and logs under {work / 'kfp'}")
     return 0

@@ -159,8 +159,16 @@ def start(provider: str, provider_json: str, cluster_json: str, run_id: str, sta
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     p = _provider(provider, provider_json)
     t0 = time.time()
-    p.create(spec)
-    info = p.wait_ready(spec.name, spec.namespace, timeout)
+    for attempt in range(3):
+        p.create(spec)
+        try:
+            info = p.wait_ready(spec.name, spec.namespace, timeout)
+            break
+        except PreplineError as e:  # a local head that lost a port race exits at once: try fresh ports
+            if "exited while starting" not in e.message or attempt == 2:
+                raise
+            log.warning("cluster %s exited while starting; retrying (%s)", spec.name, e.message.splitlines()[-1][:200])
+            p.delete(spec.name, spec.namespace)
     log.info("cluster %s ready in %.1fs at %s", spec.name, time.time() - t0, info.job_address)
     return spec.name
 

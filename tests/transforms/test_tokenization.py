@@ -95,6 +95,14 @@ def test_columns_count_and_decode_back_to_the_text(runs, sample):
     assert 0 < runs["m1"]["plan"]["train_chars"] <= 4 * 60_000 + 100_000
 
 
+def test_training_text_is_capped_in_proportion(sample, tmp_path):
+    m = run(sample, tmp_path / "o", {"train_max_chars": 100_000, "write_shards": False}).metadata
+    per_file = {rel: r for rel, r in m["files"].items()}
+    assert len(per_file) == 4
+    assert 50_000 < m["plan"]["train_chars"] <= 100_000
+    assert m["plan"]["train_docs"] > 20
+
+
 def test_same_bytes_for_one_and_two_workers(runs):
     a, b = tree_bytes(runs["w1"]), tree_bytes(runs["w2"])
     assert a and a == b

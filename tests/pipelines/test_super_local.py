@@ -1,0 +1,40 @@
+"""The whole super pipeline on a small sample, on this machine: kfp.local, a local Ray head per stage,
+per-language branches, and local fine-tuning at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.integration
+def test_super_pipeline_end_to_end(tmp_path):
+    env = dict(os.environ, PREPLINE_LOCAL_CLUSTERS=str(tmp_path / "clusters"), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+    train = {"mixed_tokenizers": "separate", "steps": 8, "seq_len": 64, "batch_size": 4, "checkpoint_every": 0}
+    r = subprocess.run(
+        [sys.executable, "-m", "prepline.cli", "pipeline", "run", "super", "--local", "--work-root", str(tmp_path / "w"),
+         "--sample-docs", "800", "--param", 'languages=["en","ja"]', "--param", f"train_params_json={json.dumps(train)}"],
+        capture_output=True, text=True, env=env, timeout=1500,
+    )
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    stages = tmp_path / "w" / "stages"
+    (run,) = [p for p in stages.iterdir() if p.is_dir()]
+    meta = {str(p.parent.relative_to(run)): json.loads(p.read_text()) for p in run.rglob("metadata.json")}
+    for s in ("doc_id", "exact_dedup", "fuzzy_dedup", "lang_id"):
+        assert meta[s]["status"] == "success", s
+    for lang in ("en", "ja"):
+        for s in ("doc_quality", "pii_redactor", "hap", "filter", "tokenization"):
+            m = meta[f"lang={lang}/{s}"]
+            assert m["status"] == "success" and m["totals"]["docs_in"] > 0, (lang, s)
+    # documents flow: what a stage wrote is what the next one read
+    assert meta["exact_dedup"]["totals"]["docs_in"] == meta["doc_id"]["totals"]["docs_out"] == 800
+    assert meta["lang_id"]["totals"]["parts"]["lang=en"] == meta["lang=en/doc_quality"]["totals"]["docs_in"]
+    assert meta["lang=en/filter"]["totals"]["docs_out"] == meta["lang=en/tokenization"]["totals"]["docs_in"]
+    assert list((run / "fine_tune").rglob("metrics.json")), "fine_tune wrote no metrics"
+    assert not list((tmp_path / "clusters").glob("*.json")), "a stage cluster was left running"
