@@ -1,12 +1,16 @@
 #!/usr/bin/env python
-"""Generate docs/parameters.md from the transforms' config dataclasses (--check: fail if stale)."""
+"""Generate docs/parameters.md from the transforms' config dataclasses.
 
-import argparse
+    .venv/bin/python scripts/gen_docs.py          # rewrite docs/parameters.md
+    .venv/bin/python scripts/gen_docs.py --check  # exit 1 if it differs from the sources
+"""
+
 import sys
 from pathlib import Path
 
+from prepline.gentree import script_main, sync_tree, write_files
+
 ROOT = Path(__file__).resolve().parents[1]
-TARGET = ROOT / "docs" / "parameters.md"
 
 
 def render() -> str:
@@ -18,20 +22,9 @@ def render() -> str:
     return head + "\n".join(describe_markdown(n) for n in registry.names())
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--check", action="store_true")
-    a = ap.parse_args()
-    text = render()
-    if a.check:
-        if not TARGET.exists() or TARGET.read_text() != text:
-            print("docs/parameters.md is stale: run scripts/gen_docs.py", file=sys.stderr)
-            return 1
-        return 0
-    TARGET.parent.mkdir(exist_ok=True)
-    TARGET.write_text(text)
-    return 0
+def sync(check: bool) -> list[str]:
+    return sync_tree(write_files({"parameters.md": render()}), ROOT / "docs", ["parameters.md"], check=check)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script_main(__doc__, "docs/parameters.md", "scripts/gen_docs.py", sync))

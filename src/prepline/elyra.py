@@ -20,19 +20,17 @@ from __future__ import annotations
 
 import argparse
 import ast
-import filecmp
 import hashlib
 import json
 import logging
-import shutil
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
 
-from prepline import registry, stages
+from prepline import registry, stage_params, stages
 from prepline.errors import ConfigError, PreplineError
+from prepline.gentree import sync_tree, write_files
 from prepline.images import LAUNCHER_IMAGE
 
 log = logging.getLogger("prepline")
@@ -46,39 +44,27 @@ RUN_ID_PLACEHOLDER = "{{$.pipeline_job_uuid}}"
 PIPELINE_VERSION = 8  # Elyra 4.x pipeline (app_data) version
 _NS = uuid.UUID("0f3c2f9e-58a4-4a53-9a7c-7e7f1b3a1e10")  # for stable node/link ids
 
-# The stage inputs every component has besides the transform's own parameters:
-# (name, KFP type, default, pipeline-parameter?, description). Defaults are the compiled pipelines'.
-_DEFAULT_INPUT = "/tmp/prepline/sample"
-_DEFAULT_WORK_ROOT = "/tmp/prepline/work"
+# The stage inputs every component has besides the transform's own parameters, from the table the
+# compiled pipelines use (prepline.stage_params): (name, KFP type, default, pipeline-parameter?, description).
+# Differences: run_id defaults to KFP's run uuid (one step per stage here), booleans are JSON in a String.
+_KFP_TYPE = {str: "String", int: "Integer", float: "Float", bool: "String", list: "String"}
+_STAGE_NAMES = ["input_path", "work_root", "run_id", "branch", "input_stage", "input_from_split", "provider", "provider_json",
+                "cluster_json", "max_failed_files", "timeout_seconds", "start_timeout_seconds"]
+_STAGE_DEFAULTS = {"run_id": RUN_ID_PLACEHOLDER, "input_from_split": "false"}
+_STAGE_HELP = {
+    "run_id": "Run id shared by the stages of one run (paths and cluster names derive from it); the default is KFP's run uuid.",
+    "input_from_split": "JSON true/false. " + stage_params.PARAMS["input_from_split"].help,
+}
 STAGE_INPUTS: list[tuple[str, str, Any, bool, str]] = [
-    ("input_path", "String", _DEFAULT_INPUT, True,
-     "Input folder or s3:// URI of Parquet files (read by a first stage; ignored when input_stage is set)."),
-    ("work_root", "String", _DEFAULT_WORK_ROOT, True,
-     "Folder or s3:// URI under which every stage writes <work_root>/<run id>/[lang=<branch>/]<stage>."),
-    ("run_id", "String", RUN_ID_PLACEHOLDER, False,
-     "Run id shared by the stages of one run (paths and cluster names derive from it); the default is KFP's run uuid."),
-    ("branch", "String", "", False, "Language branch this stage runs for ('' outside a per-language branch)."),
-    ("input_stage", "String", "", False, "Read the output of this earlier stage of the same run instead of input_path."),
-    ("input_from_split", "String", "false", False,
-     "JSON true/false. With input_stage: read its lang=<branch> sub-folder (the first stage after lang_id's split)."),
-    ("provider", "String", "local", True,
-     "Where the Ray cluster comes from: 'kuberay' (KubeRay API server) or 'local' (a Ray head in the step's machine)."),
-    ("provider_json", "String", "{}", True,
-     'Provider options as JSON, e.g. {"server": "http://kuberay-apiserver:8888", "namespace": "kubeflow", "api_version": "v2"}.'),
-    ("cluster_json", "String", "{}", True,
-     "Cluster resources as JSON: head/workers {cpu, memory, gpu, replicas}, image, env, env_from_secrets, "
-     "tolerations, node_selector, labels, service_account, cpus_per_worker."),
-    ("max_failed_files", "Integer", 0, True,
-     "Input files allowed to fail (listed in metadata.json); the step fails beyond that."),
-    ("timeout_seconds", "Integer", 86400, True, "Maximum run time of the Ray job."),
-    ("start_timeout_seconds", "Integer", 900, True, "Maximum time to wait for the cluster to accept jobs."),
+    (n, _KFP_TYPE[stage_params.PARAMS[n].type], _STAGE_DEFAULTS.get(n, stage_params.PARAMS[n].default), n in stage_params.SUPER,
+     _STAGE_HELP.get(n, stage_params.PARAMS[n].help))
+    for n in _STAGE_NAMES
 ]
 #: outputs (no name may contain 'output_': Elyra prefixes outputs with it and strips it when linking)
 STAGE_OUTPUTS = [
     ("stage_dir", "String", "Folder or URI the stage wrote (its metadata.json is there)."),
     ("docs_written", "Integer", "Number of documents the stage wrote."),
 ]
-_KFP_TYPE = {str: "String", int: "Integer", float: "Float", bool: "String", list: "String"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -417,26 +403,9 @@ def generate() -> dict[str, str]:
 
 
 def sync(target: Path, check: bool = False) -> list[str]:
-    """Generate into a temp dir and compare with ``target`` (the generated files only: *.yaml under
-    the catalog folder and *.pipeline); unless ``check``, write the differences. Returns them."""
-    files = generate()
-    with tempfile.TemporaryDirectory() as tmp:
-        fresh = Path(tmp)
-        for rel, text in files.items():
-            (fresh / rel).parent.mkdir(parents=True, exist_ok=True)
-            (fresh / rel).write_text(text)
-        new = set(files)
-        old = {str(p.relative_to(target)) for p in [*target.glob(f"{CATALOG_SUBDIR}/*.yaml"), *target.glob("*.pipeline")]} \
-            if target.exists() else set()
-        diffs = [f"missing: {n}" for n in sorted(new - old)] + [f"stale: {n}" for n in sorted(old - new)]
-        diffs += [f"changed: {n}" for n in sorted(new & old) if not filecmp.cmp(fresh / n, target / n, shallow=False)]
-        if not check and diffs:
-            for n in old - new:
-                (target / n).unlink()
-            for n in new:
-                (target / n).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(fresh / n, target / n)
-    return diffs
+    """Compare the generated files of ``target`` (*.yaml under the catalog folder and *.pipeline)
+    with :func:`generate`; unless ``check``, write the differences. Returns them."""
+    return sync_tree(write_files(generate()), target, [f"{CATALOG_SUBDIR}/*.yaml", "*.pipeline"], check=check)
 
 
 if __name__ == "__main__":

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import filecmp
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from prepline.errors import ConfigError
+from prepline.gentree import sync_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,20 +42,7 @@ def compile_all(out_dir: Path) -> list[Path]:
 def sync_compiled(target: Path, check: bool = False) -> list[str]:
     """Compile into a temp dir and compare with ``target``; unless ``check``, replace it.
     Returns the differences (added, changed, stale files)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        fresh = Path(tmp) / "compiled"
-        compile_all(fresh)
-        new = {str(p.relative_to(fresh)) for p in fresh.rglob("*.yaml")}
-        old = {str(p.relative_to(target)) for p in target.rglob("*.yaml")} if target.exists() else set()
-        diffs = [f"missing: {n}" for n in sorted(new - old)] + [f"stale: {n}" for n in sorted(old - new)]
-        diffs += [f"changed: {n}" for n in sorted(new & old) if not filecmp.cmp(fresh / n, target / n, shallow=False)]
-        if not check and diffs:
-            for n in old - new:
-                (target / n).unlink()
-            for n in new:
-                (target / n).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(fresh / n, target / n)
-        return diffs
+    return sync_tree(compile_all, target, ["**/*.yaml"], check=check)
 
 
 def run_local(name: str, args: dict, pipeline_root: str) -> float:
