@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Set up .venv (scripts/setup.sh) and run the whole test suite, Ray, S3 and slow tests included.
+# Set up .venv (scripts/setup.sh) and .venv-elyra (scripts/setup_elyra.sh) and run the whole test
+# suite, Ray, S3, Elyra and slow tests included. PREPLINE_ELYRA=0 leaves the Elyra CLI out (its
+# tests then skip); otherwise they must find it and fail if it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+if [ "${PREPLINE_ELYRA:-1}" != 0 ]; then
+  bash scripts/setup_elyra.sh
+  export PREPLINE_ELYRA_BIN="$PWD/.venv-elyra/bin" PREPLINE_REQUIRE_ELYRA=1
+fi
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_USAGE_STATS_ENABLED=0
 exec .venv/bin/python -m pytest "$@"
