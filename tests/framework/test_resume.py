@@ -3,38 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from conftest import tree_bytes
+from conftest import kill_when, tree_bytes
 from prepline.engine import RunOptions, run_transform
 from test_engine import make_corpus
 
 
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "prepline.cli", *args, "--no-progress", "--workers", "1"]
-
-
-def _kill_when(proc: subprocess.Popen, marker_dir: Path, n: int, timeout: float = 60) -> int:
-    """SIGKILL the run once ``n`` completion markers exist in ``marker_dir``; returns how many there were."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        found = len(list(marker_dir.rglob("*.json"))) if marker_dir.exists() else 0
-        if found >= n:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return found
-        if proc.poll() is not None:
-            pytest.fail(f"run finished before it could be killed: {proc.stderr.read()[-2000:]}")
-        time.sleep(0.01)
-    proc.kill()
-    pytest.fail("no progress to kill")
 
 
 @pytest.mark.slow
@@ -49,7 +29,7 @@ def test_killed_run_resumes_to_identical_output(tmp_path, phase):
     out = tmp_path / "out"
     args = _cli("run", "exact_dedup", "--input", str(ids), "--output", str(out), "--num-shards", "8")
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    killed_at = _kill_when(proc, out / "_prepline" / "markers" / phase, 3)
+    killed_at = kill_when(proc, out / "_prepline" / "markers" / phase, 3)
     assert not (out / "metadata.json").exists()
 
     done = subprocess.run(args, capture_output=True, text=True, timeout=120)

@@ -9,12 +9,9 @@ threshold, and "removed" = every clustered document but the smallest id of its c
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import tree_bytes, write_parquet
+from conftest import kill_when, tree_bytes, write_parquet
 from prepline import minhash, registry
 from prepline.engine import RunOptions, run_transform
 from prepline.errors import ConfigError, InputError
@@ -481,21 +478,6 @@ def test_output_identical_for_one_and_two_workers(sample_ids, tmp_path, mode):
     assert m1["totals"]["removed"] == m2["totals"]["removed"]
 
 
-def _kill_when(proc: subprocess.Popen, marker_dir: Path, n: int, timeout: float = 120) -> int:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        found = len(list(marker_dir.rglob("*.json"))) if marker_dir.exists() else 0
-        if found >= n:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return found
-        if proc.poll() is not None:
-            pytest.fail(f"run finished before it could be killed: {proc.stderr.read()[-2000:]}")
-        time.sleep(0.005)
-    proc.kill()
-    pytest.fail("no progress to kill")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("phase", ["signatures", "buckets", "extract", "verify_b", "final"])
 def test_killed_run_resumes_to_identical_output(sample_ids, tmp_path, phase):
@@ -506,7 +488,7 @@ def test_killed_run_resumes_to_identical_output(sample_ids, tmp_path, phase):
     args = [sys.executable, "-m", "prepline.cli", "run", "fuzzy_dedup", "--input", str(ids), "--output", str(out),
             "--mode", "annotate", "--num-shards", "6", "--no-progress", "--workers", "1"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    killed_at = _kill_when(proc, out / "_prepline" / "markers" / phase, 2)
+    killed_at = kill_when(proc, out / "_prepline" / "markers" / phase, 2)
     assert not (out / "metadata.json").exists()
     done = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

