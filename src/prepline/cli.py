@@ -373,6 +373,8 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="[prepline] %(message)s", stream=sys.stderr)
+    # a connection error is reported once, with its fix: not also as urllib3's retry warnings
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     if not argv or argv[0] in ("-h", "--help"):
         print(f"prepline {__version__}: LLM pre-training data preparation on Ray and Kubeflow Pipelines\n")
         print("usage: prepline <command> [options]   (prepline <command> --help for more)\n\ncommands:")
