@@ -40,8 +40,9 @@ def normalise(text: pa.ChunkedArray | pa.Array) -> pa.Array:
     """Lower-case, trim, and collapse each run of ASCII white space to one space.
 
     The key of exact dedup. Works on the whole UTF-8 byte buffer with numpy (no per-document
-    Python): after trimming, a white-space byte is kept only when the next byte is not white
-    space, and kept ones become ' '. Nulls stay null.
+    Python): after trimming, a white-space byte is dropped when the next byte is white space too
+    (runs never cross a string's end: trimmed strings end in a non-space), and \\t \\n \\v \\f \\r
+    become ' '. Text that needs neither is returned without copying the buffer. Nulls stay null.
     """
     arr = pc.utf8_trim_whitespace(pc.utf8_lower(text))
     arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
@@ -52,18 +53,24 @@ def normalise(text: pa.ChunkedArray | pa.Array) -> pa.Array:
     validity, offsets_buf, data_buf = arr.buffers()
     offsets = np.frombuffer(offsets_buf, dtype=np.int64, count=n + 1, offset=arr.offset * 8)
     lo, hi = int(offsets[0]), int(offsets[-1])
-    data = np.frombuffer(data_buf, dtype=np.uint8, count=hi - lo, offset=lo) if hi > lo else np.zeros(0, np.uint8)
-    ws = (data == 32) | ((data >= 9) & (data <= 13))
-    keep = ~ws
-    keep[:-1] |= ~ws[1:]  # a white-space byte followed by a non-white-space one (the run's last)
-    if len(keep):
-        keep[-1] = not ws[-1]
-    out = np.where(ws, np.uint8(32), data)[keep]
-    dropped = np.flatnonzero(~keep)  # few: only the extra white space
+    if hi == lo:
+        return arr
+    data = np.frombuffer(data_buf, dtype=np.uint8, count=hi - lo, offset=lo)
+    ctl = (data - np.uint8(9)) <= np.uint8(4)  # \t \n \v \f \r (uint8 wrap-around: one compare)
+    ws = ctl | (data == 32)
+    drop = np.empty_like(ws)
+    np.logical_and(ws[:-1], ws[1:], out=drop[:-1])  # white space followed by white space
+    drop[-1] = ws[-1]
+    has_ctl, has_drop = bool(ctl.any()), bool(drop.any())
+    if not (has_ctl or has_drop):
+        return arr
+    out = data.copy()
+    np.putmask(out, ctl, np.uint8(32))
+    if not has_drop:
+        return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets - lo), pa.py_buffer(out), validity, arr.null_count)
+    dropped = np.flatnonzero(drop)  # few: only the extra white space
     new_off = (offsets - lo) - np.searchsorted(dropped, offsets - lo)
-    return pa.LargeStringArray.from_buffers(
-        n, pa.py_buffer(new_off), pa.py_buffer(out), validity, arr.null_count
-    )
+    return pa.LargeStringArray.from_buffers(n, pa.py_buffer(new_off), pa.py_buffer(out[~drop]), validity, arr.null_count)
 
 
 def md5_128(con: duckdb.DuckDBPyConnection, text: pa.ChunkedArray | pa.Array) -> np.ndarray:
