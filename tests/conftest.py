@@ -32,6 +32,30 @@ def tree_bytes(root: Path, suffix: str = ".parquet") -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob(f"*{suffix}")) if "_prepline" not in p.parts}
 
 
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
+
+
+def make_corpus(root: Path, files: int = 7, seed: int = 3) -> Path:
+    """Files of skewed sizes from a small vocabulary, ~15% duplicates (some only after normalisation)."""
+    import random
+
+    rng = random.Random(seed)
+    pool: list[str] = []
+    for i in range(files):
+        docs = []
+        for _ in range(rng.randint(5, 400)):  # skewed file sizes
+            if pool and rng.random() < 0.15:
+                d = rng.choice(pool)
+                d = d.upper() if rng.random() < 0.3 else d + "  "  # duplicates after normalisation
+            else:
+                d = " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 60)))
+                pool.append(d)
+            docs.append(d)
+        sub = "" if i % 3 else "part=x/"
+        write_parquet(root, f"{sub}f{i:02d}.parquet", {"contents": docs, "len": [len(d) for d in docs]})
+    return root
+
+
 def kill_when(proc: subprocess.Popen, marker_dir: Path, n: int, timeout: float = 120) -> int:
     """SIGKILL the run (its process group) once ``n`` completion markers exist in ``marker_dir``;
     returns how many there were. Fails the test if the run ends first or makes no progress."""

@@ -3,37 +3,15 @@
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import tree_bytes, write_parquet
+from conftest import make_corpus, tree_bytes, write_parquet
 from prepline.engine import RunOptions, run_transform
 from prepline.errors import ConfigError, InputError, RunFailed
-
-WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
-
-
-def make_corpus(root: Path, files: int = 7, seed: int = 3) -> Path:
-    rng = random.Random(seed)
-    pool: list[str] = []
-    for i in range(files):
-        docs = []
-        for _ in range(rng.randint(5, 400)):  # skewed file sizes
-            if pool and rng.random() < 0.15:
-                d = rng.choice(pool)
-                d = d.upper() if rng.random() < 0.3 else d + "  "  # duplicates after normalisation
-            else:
-                d = " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 60)))
-                pool.append(d)
-            docs.append(d)
-        sub = "" if i % 3 else "part=x/"
-        write_parquet(root, f"{sub}f{i:02d}.parquet", {"contents": docs, "len": [len(d) for d in docs]})
-    return root
-
 
 def chain(src: Path, dst: Path, **opts) -> dict:
     """doc_id -> exact_dedup -> filter; returns the last metadata."""
@@ -78,28 +56,6 @@ def test_metadata_conserves_and_describes(tmp_path):
     assert on_disk["parameters"]["criteria"] == ["len > 20", "contents NOT LIKE 'alpha%'"]
     assert meta["started"] <= meta["ended"]
     assert not (tmp_path / "o" / "final" / "_prepline").exists()  # work state removed on success
-
-
-def test_doc_ids_dense_unique_and_sorted_by_file(tmp_path):
-    src = make_corpus(tmp_path / "in")
-    run_transform("doc_id", {"start_id": 100}, RunOptions(str(src), str(tmp_path / "o"), workers=2))
-    ids = []
-    for rel in sorted(tree_bytes(tmp_path / "o")):
-        ids += pq.read_table(tmp_path / "o" / rel).column("doc_id").to_pylist()
-    assert ids == list(range(100, 100 + len(ids)))
-
-
-def test_exact_dedup_keeps_smallest_id_and_counts(tmp_path, corpus):
-    run_transform("doc_id", {}, RunOptions(str(corpus), str(tmp_path / "ids"), workers=1))
-    m = run_transform("exact_dedup", {}, RunOptions(str(tmp_path / "ids"), str(tmp_path / "d"), workers=2)).metadata
-    kept = []
-    for rel in tree_bytes(tmp_path / "d"):
-        kept += pq.read_table(tmp_path / "d" / rel).to_pylist()
-    texts = sorted(" ".join(r["contents"].lower().split()) for r in kept)
-    assert texts == sorted(set(texts))  # no duplicates remain
-    # ids follow the sorted listing a, c, lang=en/b: the empty text of c (n=9) precedes that of b (n=4)
-    assert {r["n"] for r in kept} == {0, 2, 3, 6, 8, 9}  # the copy with the smallest id of each text
-    assert m["totals"]["removed"] == {"exact_duplicate": 4}
 
 
 # -- bad input ----------------------------------------------------------------------------------
@@ -226,19 +182,3 @@ def test_complete_output_is_not_recomputed(tmp_path, corpus):
     assert r.resumed and (out / "a.parquet").stat().st_mtime_ns == stamp
     with pytest.raises(ConfigError, match="not empty"):  # different parameters: refuse to mix
         run_transform("doc_id", {"start_id": 5}, RunOptions(str(corpus), str(out)))
-
-
-def test_filter_or_and_drop_columns(tmp_path, corpus):
-    m = run_transform(
-        "filter", {"criteria": ["n < 2", "n > 7"], "logical_operator": "OR", "columns_to_drop": ["n"]}, RunOptions(str(corpus), str(tmp_path / "o"))
-    ).metadata
-    assert m["totals"]["docs_out"] == 4 and m["totals"]["removed"] == {"no_criterion_met": 6}
-    assert pq.read_table(tmp_path / "o" / "a.parquet").column_names == ["contents"]
-    with pytest.raises(InputError, match="columns_to_drop names column\\(s\\) zz"):
-        run_transform("filter", {"columns_to_drop": ["zz"]}, RunOptions(str(corpus), str(tmp_path / "p")))
-
-
-def test_filter_null_criteria_count_as_not_met(tmp_path):
-    write_parquet(tmp_path / "a", "x.parquet", {"contents": ["a", "b", "c"], "score": [1.0, None, 3.0]})
-    m = run_transform("filter", {"criteria": ["score > 0"]}, RunOptions(str(tmp_path / "a"), str(tmp_path / "o"))).metadata
-    assert m["totals"]["docs_out"] == 2 and m["totals"]["removed"] == {"criterion_1": 1}

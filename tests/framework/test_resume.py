@@ -8,9 +8,8 @@ import sys
 
 import pytest
 
-from conftest import kill_when, tree_bytes
+from conftest import kill_when, make_corpus, tree_bytes
 from prepline.engine import RunOptions, run_transform
-from test_engine import make_corpus
 
 
 def _cli(*args: str) -> list[str]:

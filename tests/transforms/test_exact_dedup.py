@@ -1,0 +1,39 @@
+"""exact_dedup: normalised-text duplicates removed, the copy with the smallest id kept."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import tree_bytes, write_parquet
+from prepline.engine import RunOptions, run_transform
+from prepline.errors import InputError
+
+
+def test_exact_dedup_keeps_smallest_id_and_counts(tmp_path, corpus):
+    run_transform("doc_id", {}, RunOptions(str(corpus), str(tmp_path / "ids"), workers=1))
+    m = run_transform("exact_dedup", {}, RunOptions(str(tmp_path / "ids"), str(tmp_path / "d"), workers=2)).metadata
+    kept = []
+    for rel in tree_bytes(tmp_path / "d"):
+        kept += pq.read_table(tmp_path / "d" / rel).to_pylist()
+    texts = sorted(" ".join(r["contents"].lower().split()) for r in kept)
+    assert texts == sorted(set(texts))  # no duplicates remain
+    # ids follow the sorted listing a, c, lang=en/b: the empty text of c (n=9) precedes that of b (n=4)
+    assert {r["n"] for r in kept} == {0, 2, 3, 6, 8, 9}  # the copy with the smallest id of each text
+    assert m["totals"]["removed"] == {"exact_duplicate": 4}
+
+
+def test_normalize_false_compares_exact_bytes(tmp_path):
+    write_parquet(tmp_path / "in", "a.parquet", {"contents": ["A  b", "a b", "a b", "a\tb"], "doc_id": [3, 1, 2, 0]})
+    m = run_transform("exact_dedup", {"normalize": False}, RunOptions(str(tmp_path / "in"), str(tmp_path / "o"))).metadata
+    assert pq.read_table(tmp_path / "o" / "a.parquet").column("doc_id").to_pylist() == [3, 1, 0]
+    assert m["totals"]["removed"] == {"exact_duplicate": 1}
+    m = run_transform("exact_dedup", {}, RunOptions(str(tmp_path / "in"), str(tmp_path / "o2"))).metadata
+    assert pq.read_table(tmp_path / "o2" / "a.parquet").column("doc_id").to_pylist() == [0]  # all four are "a b"
+    assert m["totals"]["removed"] == {"exact_duplicate": 3}
+
+
+def test_without_ids_it_says_to_run_doc_id_first(tmp_path):
+    write_parquet(tmp_path / "in", "a.parquet", {"contents": ["x", "x"]})
+    with pytest.raises(InputError, match="run doc_id first"):
+        run_transform("exact_dedup", {}, RunOptions(str(tmp_path / "in"), str(tmp_path / "o")))
