@@ -60,23 +60,35 @@ def plain_copy(src: Path, dst: Path) -> float:
     return time.perf_counter() - t0
 
 
+# Runs the stage from a fresh, small interpreter and reports the stage's own peak RSS. Linux counts
+# in a child's ru_maxrss the RSS of the address space it replaced at exec: started straight from this
+# process (which grows to ~1 GB once the in-process baselines have loaded their models), every later
+# stage would report at least this process's size.
+_RSS_LAUNCHER = (
+    "import json, os, sys\n"
+    "pid = os.posix_spawn(sys.argv[2], sys.argv[2:], os.environ)\n"
+    "_, status, usage = os.wait4(pid, 0)\n"
+    "open(sys.argv[1], 'w').write(json.dumps({'rc': os.waitstatus_to_exitcode(status), 'maxrss_kib': usage.ru_maxrss}))\n"
+)
+
+
 def run_stage(name: str, src: Path, dst: Path, params: dict, workers: int) -> tuple[float, float, dict]:
-    """Run one stage in a fresh process; returns (seconds, peak RSS MiB of the largest process, metadata)."""
-    cmd = [sys.executable, "-m", "prepline.cli", "run", name, "--input", str(src), "--output", str(dst),
-           "--workers", str(workers), "--overwrite", "--no-progress", "--params", json.dumps(params)]
+    """Run one stage in a fresh process; returns (seconds, peak RSS MiB of its largest process, metadata)."""
     import tempfile
 
-    with tempfile.TemporaryFile("w+") as log:
+    cmd = [sys.executable, "-m", "prepline.cli", "run", name, "--input", str(src), "--output", str(dst),
+           "--workers", str(workers), "--overwrite", "--no-progress", "--params", json.dumps(params)]
+    with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "rss.json"
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
-        _, status, usage = os.wait4(proc.pid, 0)  # this stage's own peak RSS (its workers included)
+        subprocess.run([sys.executable, "-S", "-c", _RSS_LAUNCHER, str(report), *cmd], stdout=subprocess.DEVNULL, stderr=log)
         secs = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
+        r = json.loads(report.read_text()) if report.exists() else {"rc": -1, "maxrss_kib": 0}
+        if r["rc"] != 0:
             log.seek(0)
             raise SystemExit(f"{name} failed:\n{log.read()[-3000:]}")
     meta = json.loads((dst / "metadata.json").read_text())
-    return secs, usage.ru_maxrss / 1024, meta
+    return secs, r["maxrss_kib"] / 1024, meta
 
 
 def main() -> int:
@@ -116,7 +128,13 @@ def main() -> int:
         # the wanted stages, in pipeline order; each reads its spec's input stage if that ran, else the previous one
         for name in [n for n in order if n in wanted]:
             spec = specs.get(name, {})
-            src = outputs.get(spec.get("input", ""), prev)
+            want_in = spec.get("input", "")
+            if want_in in outputs or want_in not in order:  # ran now, or the sample, or not registered here
+                src = outputs.get(want_in, prev)
+            elif (work / want_in / "metadata.json").exists():  # ran in an earlier bench of this --work
+                src = work / want_in
+            else:
+                raise SystemExit(f"{name} reads {want_in}'s output: add {want_in} to --only (or bench it once in this --work)")
             dst = work / name
             params = spec.get("params", {})
             secs, rss, meta = run_stage(name, src, dst, params, args.workers)

@@ -263,10 +263,11 @@ def cmd_pipeline(argv: list[str]) -> int:
     r.add_argument("--work-root", default="runs/pipeline", help="where stage outputs go (default: runs/pipeline)")
     r.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a pipeline parameter (JSON values allowed); repeat")
     r.add_argument("--sample-docs", type=int, default=None, help="size of the sample built when --input is not given")
+    r.add_argument("--timings-json", default="", help="also write each task's duration and the per-kind summary here")
     a = ap.parse_args(argv)
     from pathlib import Path
 
-    from prepline.kfp_cli import run_local
+    from prepline.kfp_cli import TaskTimes, run_local
 
     if a.action == "list":
         from prepline.pipelines.factory import pipelines
@@ -296,16 +297,39 @@ def cmd_pipeline(argv: list[str]) -> int:
             args[k] = v
         if isinstance(args[k], (dict,)) or (k.endswith("_json") and not isinstance(args[k], str)):
             args[k] = json.dumps(args[k])
+    times = TaskTimes()
     try:
-        secs = run_local(a.name, args, str(work / "kfp"))
+        secs = run_local(a.name, args, str(work / "kfp"), times)
     except RuntimeError as e:  # kfp.local's "pipeline finished with status FAILURE ..."
         import re
 
         msg = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
         raise RunFailed(msg, f"see the failing task's log above; its outputs are under {work / 'kfp'}") from None
+    _print_task_times(times, secs)
+    if a.timings_json:
+        Path(a.timings_json).write_text(json.dumps({"pipeline": a.name, "seconds": secs, "by_kind": times.by_kind(),
+                                                    "stage_overhead_seconds": times.stage_overhead(), "tasks": times.tasks}, indent=2))
     _console().print(f"[bold]{a.name}[/]: succeeded in {secs:,.0f}s; stage outputs and metadata.json under {work / 'stages'}, "
                      f"KFP task outputs and logs under {work / 'kfp'}")
     return 0
+
+
+def _print_task_times(times, secs: float) -> None:
+    """Where a local pipeline run's time went, per task kind."""
+    from rich.table import Table
+
+    kinds = times.by_kind()
+    if not kinds:
+        return
+    t = Table(title=f"tasks ({secs:,.0f}s in all)", title_justify="left")
+    for col in ("task", "runs", "mean s", "min s", "max s", "total s"):
+        t.add_column(col, justify="left" if col == "task" else "right")
+    for kind, k in sorted(kinds.items(), key=lambda kv: -kv[1]["total"]):
+        t.add_row(kind, str(k["n"]), f"{k['mean']:.1f}", f"{k['min']:.1f}", f"{k['max']:.1f}", f"{k['total']:.1f}")
+    _console().print(t)
+    over = times.stage_overhead()
+    if over is not None:
+        _console().print(f"per-stage overhead (prepare + start cluster + stop cluster, mean): {over:.1f}s")
 
 
 def cmd_clusters(argv: list[str]) -> int:

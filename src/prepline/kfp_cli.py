@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -45,9 +47,58 @@ def sync_compiled(target: Path, check: bool = False) -> list[str]:
     return sync_tree(compile_all, target, ["**/*.yaml"], check=check)
 
 
-def run_local(name: str, args: dict, pipeline_root: str) -> float:
+class TaskTimes(logging.Filter):
+    """Collects each kfp.local task's start and end from the local runner's log records
+    ("Executing task 'x'" … "Task 'x' finished with status ..."), timed by the records themselves.
+    Tasks of parallel branches overlap, so the kinds' totals can add up to more than the wall time.
+    A filter on the root logger (it lets every record through): kfp.local replaces the root
+    logger's handlers while it runs, but not its filters."""
+
+    _START = re.compile(r"Executing task '([^']+)'")
+    _END = re.compile(r"Task '([^']+)' finished with status (\w+)")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._open: dict[tuple[int | None, str], float] = {}
+        self.tasks: list[dict] = []  # {"task", "kind", "seconds", "status"} in finishing order
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = _ANSI.sub("", str(record.msg))
+        # ParallelFor iterations run at once in threads and reuse task names: key by thread too
+        if m := self._START.search(msg):
+            self._open[(record.thread, m.group(1))] = record.created
+        elif (m := self._END.search(msg)) and (record.thread, m.group(1)) in self._open:
+            task = m.group(1)
+            self.tasks.append({"task": task, "kind": re.sub(r"-\d+$", "", task), "status": m.group(2),
+                               "seconds": record.created - self._open.pop((record.thread, task))})
+        return True
+
+    def by_kind(self) -> dict[str, dict]:
+        """Per task kind (prepare-args, start-ray-cluster, ...): count, total, mean, min, max seconds."""
+        out: dict[str, dict] = {}
+        for t in self.tasks:
+            k = out.setdefault(t["kind"], {"n": 0, "total": 0.0, "min": float("inf"), "max": 0.0})
+            k["n"] += 1
+            k["total"] += t["seconds"]
+            k["min"], k["max"] = min(k["min"], t["seconds"]), max(k["max"], t["seconds"])
+        for k in out.values():
+            k["mean"] = k["total"] / k["n"]
+        return out
+
+    def stage_overhead(self) -> float | None:
+        """Mean seconds a stage spends outside its Ray job: prepare + start cluster + stop cluster."""
+        k = self.by_kind()
+        parts = ("prepare-args", "start-ray-cluster", "stop-ray-cluster")
+        return sum(k[p]["mean"] for p in parts) if all(p in k for p in parts) else None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def run_local(name: str, args: dict, pipeline_root: str, times: TaskTimes | None = None) -> float:
     """Run a pipeline with kfp.local's SubprocessRunner in this Python (the local cluster provider
-    starts a Ray head per stage). Returns the wall time; raises when the pipeline fails."""
+    starts a Ray head per stage). Returns the wall time; raises when the pipeline fails. With
+    ``times``, each task's duration is collected there."""
     _require_kfp()
     import kfp.local
 
@@ -60,6 +111,13 @@ def run_local(name: str, args: dict, pipeline_root: str) -> float:
     # the components run as subprocesses of this interpreter: put it first on PATH
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=pipeline_root, raise_on_error=True)
+    root = logging.getLogger()
+    if times is not None:
+        root.addFilter(times)
     t0 = time.perf_counter()
-    table[name](**args)
+    try:
+        table[name](**args)
+    finally:
+        if times is not None:
+            root.removeFilter(times)
     return time.perf_counter() - t0

@@ -31,11 +31,21 @@ def env(tmp_path):
 @pytest.mark.slow
 @pytest.mark.integration
 def test_simple_pipeline_runs_locally(tmp_path, corpus, env):
-    r = _run(["pipeline", "run", "doc_id", "--local", "--input", str(corpus), "--work-root", str(tmp_path / "w")], env)
+    timings = tmp_path / "timings.json"
+    r = _run(["pipeline", "run", "doc_id", "--local", "--input", str(corpus), "--work-root", str(tmp_path / "w"),
+              "--timings-json", str(timings)], env)
     assert r.returncode == 0, r.stderr[-3000:]
     metas = list((tmp_path / "w" / "stages").rglob("doc_id/metadata.json"))
     assert len(metas) == 1 and json.loads(metas[0].read_text())["totals"]["docs_out"] == 10
     assert _clusters_left(tmp_path / "clusters") == []
+    # where the time went: one run of each task kind, the stage overhead summed from them
+    t = json.loads(timings.read_text())
+    kinds = t["by_kind"]
+    assert set(kinds) == {"prepare-args", "start-ray-cluster", "execute-ray-job", "stop-ray-cluster"}
+    assert all(k["n"] == 1 and 0 < k["total"] < t["seconds"] for k in kinds.values())
+    assert t["stage_overhead_seconds"] == pytest.approx(
+        sum(kinds[k]["mean"] for k in ("prepare-args", "start-ray-cluster", "stop-ray-cluster")))
+    assert "per-stage overhead" in r.stdout + r.stderr and all(x["status"] == "SUCCESS" for x in t["tasks"])
 
 
 @pytest.mark.ray
