@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fake_kfp_server import FakeKfp
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
@@ -25,23 +26,10 @@ from prepline.kfp_cli import ROOT
 from prepline.pipelines.factory import DEFAULT_LANGUAGES, default_overrides, stage_component_name, super_stages
 from prepline.stages import prepare, stage_output
 
-sys.path.insert(0, str(Path(__file__).parent))
-from fake_kfp_server import FakeKfp  # noqa: E402
-
 COMPILED = ROOT / "compiled" / "pipelines"
 CHAINED = COMPILED / "super_chained.yaml"
 SHARED = {"input_path", "work_root", "overrides_json", "provider", "provider_json", "cluster_json", "max_failed_files",
           "timeout_seconds", "start_timeout_seconds", "s3_secret_name"}
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch, tmp_path):
-    import kfp
-
-    for k in (K.ENV_ENDPOINT, K.ENV_TOKEN, K.ENV_TOKEN_FILE, K.ENV_UI_ENDPOINT, "KUBERNETES_SERVICE_HOST"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setattr(kfp.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "kfp-context.json"))
-    monkeypatch.setattr(K, "SA_TOKEN_PATH", str(tmp_path / "no-sa-token"))
 
 
 def _docs(path: Path) -> list[dict]:

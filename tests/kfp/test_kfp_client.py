@@ -18,29 +18,11 @@ from prepline import kfp_client as K
 from prepline.errors import ConfigError
 from prepline.kfp_cli import ROOT
 
-sys.path.insert(0, str(Path(__file__).parent))
-from fake_kfp_server import FakeKfp, validate  # noqa: E402
+from fake_kfp_server import FakeKfp, validate
 
 DOC_ID = ROOT / "compiled" / "pipelines" / "doc_id.yaml"
 EXACT = ROOT / "compiled" / "pipelines" / "exact_dedup.yaml"
 PREPLINE = Path(sys.executable).parent / "prepline"
-
-
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch, tmp_path):
-    """No KFP settings from the machine: env, ~/.config/kfp/context.json, the SA token path."""
-    import kfp
-
-    for k in (K.ENV_ENDPOINT, K.ENV_TOKEN, K.ENV_TOKEN_FILE, K.ENV_UI_ENDPOINT, "KUBERNETES_SERVICE_HOST"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setattr(kfp.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "kfp-context.json"))
-    monkeypatch.setattr(K, "SA_TOKEN_PATH", str(tmp_path / "no-sa-token"))
-
-
-@pytest.fixture
-def fake():
-    with FakeKfp() as f:
-        yield f
 
 
 def kfp(capsys, *args) -> tuple[int, str, str]:
