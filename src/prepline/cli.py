@@ -298,6 +298,9 @@ def cmd_pipeline(argv: list[str]) -> int:
         if isinstance(args[k], (dict,)) or (k.endswith("_json") and not isinstance(args[k], str)):
             args[k] = json.dumps(args[k])
     times = TaskTimes()
+    import time as _time
+
+    started = _time.time()
     try:
         secs = run_local(a.name, args, str(work / "kfp"), times)
     except RuntimeError as e:  # kfp.local's "pipeline finished with status FAILURE ..."
@@ -306,12 +309,57 @@ def cmd_pipeline(argv: list[str]) -> int:
         msg = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
         raise RunFailed(msg, f"see the failing task's log above; its outputs are under {work / 'kfp'}") from None
     _print_task_times(times, secs)
+    run_dir = _newest_run_dir(work / "stages", started)
+    if run_dir is not None:
+        _print_run_counts(run_dir)
     if a.timings_json:
         Path(a.timings_json).write_text(json.dumps({"pipeline": a.name, "seconds": secs, "by_kind": times.by_kind(),
                                                     "stage_overhead_seconds": times.stage_overhead(), "tasks": times.tasks}, indent=2))
     _console().print(f"[bold]{a.name}[/]: succeeded in {secs:,.0f}s; stage outputs and metadata.json under {work / 'stages'}, "
                      f"KFP task outputs and logs under {work / 'kfp'}")
     return 0
+
+
+def _newest_run_dir(stages_root, since: float):
+    """The run folder (``<work_root>/<run id>``) this process's pipeline run wrote, if any."""
+    dirs = [d for d in stages_root.iterdir() if d.is_dir() and d.stat().st_mtime >= since - 1] if stages_root.exists() else []
+    return max(dirs, key=lambda d: d.stat().st_mtime) if dirs else None
+
+
+def _print_run_counts(run_dir) -> None:
+    """Every stage's documents in, out and removed by reason, in pipeline order, and the training result."""
+    from rich.table import Table
+
+    from prepline.pipelines.factory import BRANCH_STAGES, GLOBAL_STAGES
+
+    order = {s: i for i, s in enumerate(GLOBAL_STAGES + BRANCH_STAGES)}
+    rows = []
+    for m in run_dir.rglob("metadata.json"):
+        rel = m.parent.relative_to(run_dir).parts
+        if "_prepline" in rel or len(rel) > 2:
+            continue
+        branch = rel[0].removeprefix("lang=") if len(rel) == 2 else ""
+        rows.append((branch, order.get(rel[-1], len(order)), rel[-1], json.loads(m.read_text())))
+    if not rows:
+        return
+    t = Table(title="documents per stage", title_justify="left")
+    for col in ("stage", "branch", "in", "out", "removed", "seconds"):
+        t.add_column(col, justify="right" if col in ("in", "out", "seconds") else "left")
+    for branch, _, stage, meta in sorted(rows, key=lambda r: (r[0] != "", r[0], r[1], r[2])):
+        tot = meta.get("totals", {})
+        removed = ", ".join(f"{k} {v:,}" for k, v in sorted(tot.get("removed", {}).items()))
+        if not removed and tot.get("parts"):
+            top = sorted(tot["parts"].items(), key=lambda kv: -kv[1])[:6]
+            removed = "split: " + ", ".join(f"{k.split('=')[-1]} {v:,}" for k, v in top) + (" …" if len(tot["parts"]) > 6 else "")
+        t.add_row(stage, branch, f"{tot.get('docs_in', 0):,}", f"{tot.get('docs_out', 0):,}", removed,
+                  f"{tot.get('seconds', 0):.1f}")
+    _console().print(t)
+    _console().print(f"(from the metadata.json of each stage under {run_dir})")
+    metrics = run_dir / "fine_tune" / "metrics.json"
+    if metrics.exists():
+        mt = json.loads(metrics.read_text())
+        _console().print(f"fine_tune: {mt.get('steps')} steps, loss {mt.get('initial_loss', 0):.2f} → {mt.get('final_loss', 0):.2f}, "
+                         f"{mt.get('tokens_seen', 0):,} tokens at {mt.get('tokens_per_s', 0):,.0f}/s; model in {mt.get('output', run_dir / 'fine_tune')}")
 
 
 def _print_task_times(times, secs: float) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,9 @@ def test_simple_pipeline_runs_locally(tmp_path, corpus, env):
     assert t["stage_overhead_seconds"] == pytest.approx(
         sum(kinds[k]["mean"] for k in ("prepare-args", "start-ray-cluster", "stop-ray-cluster")))
     assert "per-stage overhead" in r.stdout + r.stderr and all(x["status"] == "SUCCESS" for x in t["tasks"])
+    # and what happened to the documents, read back from the stage's metadata.json
+    out = r.stdout + r.stderr
+    assert "documents per stage" in out and re.search(r"│ doc_id\s*│\s*│\s*10 │\s*10 │", out), out[-2000:]
 
 
 @pytest.mark.ray

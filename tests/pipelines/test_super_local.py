@@ -38,3 +38,11 @@ def test_super_pipeline_end_to_end(tmp_path):
     assert meta["lang=en/filter"]["totals"]["docs_out"] == meta["lang=en/tokenization"]["totals"]["docs_in"]
     assert list((run / "fine_tune").rglob("metrics.json")), "fine_tune wrote no metrics"
     assert not list((tmp_path / "clusters").glob("*.json")), "a stage cluster was left running"
+    # the run ends with the whole picture: 14 stage rows (4 global, 2 branches × 5) and the training result
+    out = r.stdout + r.stderr
+    assert "documents per stage" in out and "per-stage overhead" in out and "fine_tune: 8 steps, loss" in out
+    assert sum(1 for line in out.splitlines() if line.startswith("│ ") and line.split("│")[1].strip() in meta_stages(meta)) == 14
+
+
+def meta_stages(meta: dict) -> set[str]:
+    return {k.split("/")[-1] for k in meta}
