@@ -347,10 +347,16 @@ def _print_run_counts(run_dir) -> None:
         t.add_column(col, justify="right" if col in ("in", "out", "seconds") else "left")
     for branch, _, stage, meta in sorted(rows, key=lambda r: (r[0] != "", r[0], r[1], r[2])):
         tot = meta.get("totals", {})
-        removed = ", ".join(f"{k} {v:,}" for k, v in sorted(tot.get("removed", {}).items()))
+        crit = meta.get("parameters", {}).get("criteria") or []
+
+        def reason(k: str) -> str:  # filter's criterion_<n>: show the criterion itself
+            n = k.removeprefix("criterion_")
+            return f"`{crit[int(n) - 1]}`" if n.isdigit() and 0 < int(n) <= len(crit) else k
+
+        removed = ", ".join(f"{reason(k)}: {v:,}" for k, v in sorted(tot.get("removed", {}).items()))
         if not removed and tot.get("parts"):
             top = sorted(tot["parts"].items(), key=lambda kv: -kv[1])[:6]
-            removed = "split: " + ", ".join(f"{k.split('=')[-1]} {v:,}" for k, v in top) + (" …" if len(tot["parts"]) > 6 else "")
+            removed = "split into " + ", ".join(f"{k.split('=')[-1]} {v:,}" for k, v in top) + (" …" if len(tot["parts"]) > 6 else "")
         t.add_row(stage, branch, f"{tot.get('docs_in', 0):,}", f"{tot.get('docs_out', 0):,}", removed,
                   f"{tot.get('seconds', 0):.1f}")
     _console().print(t)
