@@ -41,6 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import kfp_server_api.models as M
+import pytest
 import yaml
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
@@ -575,3 +576,26 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self):
         self._serve("DELETE")
+
+
+# -- fixtures of the tests that use this server (imported by them: a second conftest.py would
+# shadow tests/conftest.py, which other test modules import as `conftest`) -----------------------
+
+
+@pytest.fixture
+def kfp_isolated(monkeypatch, tmp_path):
+    """No KFP settings from the machine: env, ~/.config/kfp/context.json, the SA token path."""
+    import kfp
+
+    from prepline import kfp_client as K
+
+    for k in (K.ENV_ENDPOINT, K.ENV_TOKEN, K.ENV_TOKEN_FILE, K.ENV_UI_ENDPOINT, "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(kfp.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "kfp-context.json"))
+    monkeypatch.setattr(K, "SA_TOKEN_PATH", str(tmp_path / "no-sa-token"))
+
+
+@pytest.fixture
+def fake():
+    with FakeKfp() as f:
+        yield f

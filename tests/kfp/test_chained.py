@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_kfp_server import FakeKfp
+from fake_kfp_server import FakeKfp, kfp_isolated  # noqa: F401 (a fixture)
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
@@ -25,6 +25,8 @@ from prepline.errors import ConfigError, RunFailed
 from prepline.kfp_cli import ROOT
 from prepline.pipelines.factory import DEFAULT_LANGUAGES, default_overrides, stage_component_name, super_stages
 from prepline.stages import prepare, stage_output
+
+pytestmark = pytest.mark.usefixtures("kfp_isolated")  # no KFP settings from this machine
 
 COMPILED = ROOT / "compiled" / "pipelines"
 CHAINED = COMPILED / "super_chained.yaml"

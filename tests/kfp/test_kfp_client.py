@@ -18,7 +18,9 @@ from prepline import kfp_client as K
 from prepline.errors import ConfigError
 from prepline.kfp_cli import ROOT
 
-from fake_kfp_server import FakeKfp, validate
+from fake_kfp_server import FakeKfp, fake, kfp_isolated, validate  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.usefixtures("kfp_isolated")  # no KFP settings from this machine
 
 DOC_ID = ROOT / "compiled" / "pipelines" / "doc_id.yaml"
 EXACT = ROOT / "compiled" / "pipelines" / "exact_dedup.yaml"
