@@ -307,6 +307,9 @@ def cmd_pipeline(argv: list[str]) -> int:
         import re
 
         msg = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
+        run_dir = _newest_run_dir(work / "stages", started)
+        if run_dir is not None:  # what the stages before the failure did
+            _print_run_counts(run_dir)
         raise RunFailed(msg, f"see the failing task's log above; its outputs are under {work / 'kfp'}") from None
     _print_task_times(times, secs)
     run_dir = _newest_run_dir(work / "stages", started)
@@ -357,7 +360,11 @@ def _print_run_counts(run_dir) -> None:
         if not removed and tot.get("parts"):
             top = sorted(tot["parts"].items(), key=lambda kv: -kv[1])[:6]
             removed = "split into " + ", ".join(f"{k.split('=')[-1]} {v:,}" for k, v in top) + (" …" if len(tot["parts"]) > 6 else "")
-        t.add_row(stage, branch, f"{tot.get('docs_in', 0):,}", f"{tot.get('docs_out', 0):,}", removed,
+        failed = sorted(meta.get("failures") or {})
+        if failed:  # files that failed (a failed stage, or tolerated by --max-failed-files)
+            removed = ", ".join(x for x in (removed, f"failed file(s): {', '.join(failed[:3])}" + (" …" if len(failed) > 3 else "")) if x)
+        status = meta.get("status", "success")
+        t.add_row(stage if status == "success" else f"{stage} ({status.upper()})", branch, f"{tot.get('docs_in', 0):,}", f"{tot.get('docs_out', 0):,}", removed,
                   f"{tot.get('seconds', 0):.1f}")
     _console().print(t)
     _console().print(f"(from the metadata.json of each stage under {run_dir})")

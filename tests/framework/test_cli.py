@@ -50,3 +50,34 @@ def test_run_prints_a_summary_and_params_json(tmp_path, corpus):
     meta = json.loads((tmp_path / "o" / "metadata.json").read_text())
     assert meta["parameters"]["start_id"] == 10 and meta["parameters"]["id_column"] == "my_id"
     assert meta["plan"] == {"first_id": 10, "last_id": 19}
+
+
+def test_run_summary_lists_stages_in_pipeline_order_with_reasons_and_failures(tmp_path, capsys):
+    """The table a local pipeline run ends with, from the stages' metadata.json (no run needed)."""
+    from prepline.cli import _newest_run_dir, _print_run_counts
+
+    run = tmp_path / "stages" / "run1"
+
+    def meta(rel: str, status: str = "success", **totals) -> None:
+        (run / rel).mkdir(parents=True)
+        (run / rel / "metadata.json").write_text(json.dumps({"status": status, "parameters": {"criteria": ["a > 1", "b"]},
+                                                             "totals": {"seconds": 1.0, **totals}}))
+
+    meta("exact_dedup", docs_in=10, docs_out=8, removed={"exact_duplicate": 2})
+    meta("doc_id", docs_in=10, docs_out=10, removed={})
+    meta("lang_id", docs_in=8, docs_out=8, removed={}, parts={"lang=en": 5, "lang=ja": 3})
+    meta("lang=en/filter", docs_in=5, docs_out=2, removed={"criterion_1": 1, "criterion_2": 2})
+    meta("lang=ja/filter", "failed", docs_in=3, docs_out=0, removed={})
+    m = json.loads((run / "lang=ja/filter" / "metadata.json").read_text())
+    (run / "lang=ja/filter" / "metadata.json").write_text(json.dumps({**m, "failures": {"x.parquet": {"error": "bad"}}}))
+    (run / "lang_id" / "_prepline").mkdir()
+    (run / "lang_id" / "_prepline" / "metadata.json").write_text("{}")  # work state: not a stage
+    assert _newest_run_dir(tmp_path / "stages", 0) == run
+    _print_run_counts(run)
+    rows = [l.split("│")[1:3] for l in capsys.readouterr().out.splitlines() if l.startswith("│ ") and l.split("│")[1].strip()]
+    assert [(s.strip(), b.strip()) for s, b in rows] == [("doc_id", ""), ("exact_dedup", ""), ("lang_id", ""), ("filter", "en"),
+                                                         ("filter (FAILED)", "ja")]
+    _print_run_counts(run)
+    out = capsys.readouterr().out
+    assert "exact_duplicate: 2" in out and "split into en 5, ja 3" in out and "`a > 1`: 1" in out and "`b`: 2" in out
+    assert "failed file(s): x.parquet" in out
