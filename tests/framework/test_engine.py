@@ -182,3 +182,22 @@ def test_complete_output_is_not_recomputed(tmp_path, corpus):
     assert r.resumed and (out / "a.parquet").stat().st_mtime_ns == stamp
     with pytest.raises(ConfigError, match="not empty"):  # different parameters: refuse to mix
         run_transform("doc_id", {"start_id": 5}, RunOptions(str(corpus), str(out)))
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", ["local", "ray"])
+def test_a_file_failing_while_others_run_still_writes_metadata_and_a_clear_error(tmp_path, runtime, request):
+    """The failure of a small file arrives while a big one is still being processed by another
+    worker: the run stops those tasks, writes metadata.json (status failed) and raises RunFailed
+    naming the file (Ray refuses force-cancelling actor tasks: that used to escape as ValueError)."""
+    if runtime == "ray":
+        request.getfixturevalue("ray_session")
+    n = 300_000
+    write_parquet(tmp_path / "in", "big.parquet", {"contents": [f"document {i} " * 8 for i in range(n)], "doc_id": list(range(n))})
+    (tmp_path / "in" / "small.parquet").write_bytes(b"PAR1 not parquet at all")
+    out = tmp_path / "out"
+    with pytest.raises(RunFailed, match="small.parquet"):
+        run_transform("exact_dedup", {}, RunOptions(str(tmp_path / "in"), str(out), runtime=runtime, workers=2))
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["status"] == "failed" and list(meta["failures"]) == ["small.parquet"]

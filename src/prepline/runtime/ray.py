@@ -74,8 +74,13 @@ class RayExecutor:
                     actor = self._actor()
                     self._actors.append(actor)
                 if not on_result(t, r):
+                    # stop the tasks still in flight; force=True is refused for actor tasks (ValueError),
+                    # and close() kills the actors anyway
                     for ref2 in running:
-                        ray.cancel(ref2, force=True)
+                        try:
+                            ray.cancel(ref2)
+                        except Exception:  # noqa: BLE001 - best effort: the actors are killed next
+                            pass
                     return False
                 if queue:
                     nt = queue.pop()
