@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from typing import Any
 
 from prepline import __version__, registry
@@ -298,23 +299,17 @@ def cmd_pipeline(argv: list[str]) -> int:
         if isinstance(args[k], (dict,)) or (k.endswith("_json") and not isinstance(args[k], str)):
             args[k] = json.dumps(args[k])
     times = TaskTimes()
-    import time as _time
-
-    started = _time.time()
+    started = time.time()
     try:
         secs = run_local(a.name, args, str(work / "kfp"), times)
     except RuntimeError as e:  # kfp.local's "pipeline finished with status FAILURE ..."
         import re
 
         msg = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
-        run_dir = _newest_run_dir(work / "stages", started)
-        if run_dir is not None:  # what the stages before the failure did
-            _print_run_counts(run_dir)
+        _print_run_counts(work / "stages", started)  # what the stages up to the failure did
         raise RunFailed(msg, f"see the failing task's log above; its outputs are under {work / 'kfp'}") from None
     _print_task_times(times, secs)
-    run_dir = _newest_run_dir(work / "stages", started)
-    if run_dir is not None:
-        _print_run_counts(run_dir)
+    _print_run_counts(work / "stages", started)
     if a.timings_json:
         Path(a.timings_json).write_text(json.dumps({"pipeline": a.name, "seconds": secs, "by_kind": times.by_kind(),
                                                     "stage_overhead_seconds": times.stage_overhead(), "tasks": times.tasks}, indent=2))
@@ -324,17 +319,39 @@ def cmd_pipeline(argv: list[str]) -> int:
 
 
 def _newest_run_dir(stages_root, since: float):
-    """The run folder (``<work_root>/<run id>``) this process's pipeline run wrote, if any."""
+    """The run folder (``<work_root>/<run id>``) written since ``since`` (this process's run), if any."""
     dirs = [d for d in stages_root.iterdir() if d.is_dir() and d.stat().st_mtime >= since - 1] if stages_root.exists() else []
     return max(dirs, key=lambda d: d.stat().st_mtime) if dirs else None
 
 
-def _print_run_counts(run_dir) -> None:
-    """Every stage's documents in, out and removed by reason, in pipeline order, and the training result."""
+def _removed_cell(meta: dict) -> str:
+    """Removed documents by reason (filter's criterion_<n> spelled out), lang_id's split, failed files."""
+    tot, crit = meta.get("totals", {}), meta.get("parameters", {}).get("criteria") or []
+
+    def reason(k: str) -> str:
+        n = k.removeprefix("criterion_")
+        return f"`{crit[int(n) - 1]}`" if n.isdigit() and 0 < int(n) <= len(crit) else k
+
+    parts = [", ".join(f"{reason(k)}: {v:,}" for k, v in sorted(tot.get("removed", {}).items()))]
+    if not parts[0] and tot.get("parts"):
+        top = sorted(tot["parts"].items(), key=lambda kv: -kv[1])[:6]
+        parts = ["split into " + ", ".join(f"{k.split('=')[-1]} {v:,}" for k, v in top) + (" …" if len(tot["parts"]) > 6 else "")]
+    failed = sorted(meta.get("failures") or {})
+    if failed:  # a failed stage's files, or files tolerated by --max-failed-files
+        parts.append(f"failed file(s): {', '.join(failed[:3])}" + (" …" if len(failed) > 3 else ""))
+    return ", ".join(p for p in parts if p)
+
+
+def _print_run_counts(stages_root, since: float = 0.0) -> None:
+    """The documents of every stage of the run written since ``since``: in, out, removed by reason,
+    in pipeline order and per branch, from their metadata.json; then the training result."""
     from rich.table import Table
 
     from prepline.pipelines.factory import BRANCH_STAGES, GLOBAL_STAGES
 
+    run_dir = _newest_run_dir(stages_root, since)
+    if run_dir is None:
+        return
     order = {s: i for i, s in enumerate(GLOBAL_STAGES + BRANCH_STAGES)}
     rows = []
     for m in run_dir.rglob("metadata.json"):
@@ -342,30 +359,16 @@ def _print_run_counts(run_dir) -> None:
         if "_prepline" in rel or len(rel) > 2:
             continue
         branch = rel[0].removeprefix("lang=") if len(rel) == 2 else ""
-        rows.append((branch, order.get(rel[-1], len(order)), rel[-1], json.loads(m.read_text())))
+        rows.append((branch != "", branch, order.get(rel[-1], len(order)), rel[-1], json.loads(m.read_text())))
     if not rows:
         return
     t = Table(title="documents per stage", title_justify="left")
     for col in ("stage", "branch", "in", "out", "removed", "seconds"):
         t.add_column(col, justify="right" if col in ("in", "out", "seconds") else "left")
-    for branch, _, stage, meta in sorted(rows, key=lambda r: (r[0] != "", r[0], r[1], r[2])):
-        tot = meta.get("totals", {})
-        crit = meta.get("parameters", {}).get("criteria") or []
-
-        def reason(k: str) -> str:  # filter's criterion_<n>: show the criterion itself
-            n = k.removeprefix("criterion_")
-            return f"`{crit[int(n) - 1]}`" if n.isdigit() and 0 < int(n) <= len(crit) else k
-
-        removed = ", ".join(f"{reason(k)}: {v:,}" for k, v in sorted(tot.get("removed", {}).items()))
-        if not removed and tot.get("parts"):
-            top = sorted(tot["parts"].items(), key=lambda kv: -kv[1])[:6]
-            removed = "split into " + ", ".join(f"{k.split('=')[-1]} {v:,}" for k, v in top) + (" …" if len(tot["parts"]) > 6 else "")
-        failed = sorted(meta.get("failures") or {})
-        if failed:  # files that failed (a failed stage, or tolerated by --max-failed-files)
-            removed = ", ".join(x for x in (removed, f"failed file(s): {', '.join(failed[:3])}" + (" …" if len(failed) > 3 else "")) if x)
-        status = meta.get("status", "success")
-        t.add_row(stage if status == "success" else f"{stage} ({status.upper()})", branch, f"{tot.get('docs_in', 0):,}", f"{tot.get('docs_out', 0):,}", removed,
-                  f"{tot.get('seconds', 0):.1f}")
+    for _, branch, _, stage, meta in sorted(rows, key=lambda r: r[:4]):
+        tot, status = meta.get("totals", {}), meta.get("status", "success")
+        t.add_row(stage if status == "success" else f"{stage} ({status.upper()})", branch, f"{tot.get('docs_in', 0):,}",
+                  f"{tot.get('docs_out', 0):,}", _removed_cell(meta), f"{tot.get('seconds', 0):.1f}")
     _console().print(t)
     _console().print(f"(from the metadata.json of each stage under {run_dir})")
     metrics = run_dir / "fine_tune" / "metrics.json"

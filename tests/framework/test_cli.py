@@ -73,11 +73,11 @@ def test_run_summary_lists_stages_in_pipeline_order_with_reasons_and_failures(tm
     (run / "lang_id" / "_prepline").mkdir()
     (run / "lang_id" / "_prepline" / "metadata.json").write_text("{}")  # work state: not a stage
     assert _newest_run_dir(tmp_path / "stages", 0) == run
-    _print_run_counts(run)
+    _print_run_counts(tmp_path / "stages")
     rows = [l.split("│")[1:3] for l in capsys.readouterr().out.splitlines() if l.startswith("│ ") and l.split("│")[1].strip()]
     assert [(s.strip(), b.strip()) for s, b in rows] == [("doc_id", ""), ("exact_dedup", ""), ("lang_id", ""), ("filter", "en"),
                                                          ("filter (FAILED)", "ja")]
-    _print_run_counts(run)
+    _print_run_counts(tmp_path / "stages")
     out = capsys.readouterr().out
     assert "exact_duplicate: 2" in out and "split into en 5, ja 3" in out and "`a > 1`: 1" in out and "`b`: 2" in out
     assert "failed file(s): x.parquet" in out
