@@ -34,10 +34,10 @@ def chained_super_pipeline():
     def build(**a):
         parent = dsl.PIPELINE_JOB_ID_PLACEHOLDER
 
-        def stage(name: str, input_stage: str, lang):
+        def stage(name: str, input_stage: str, lang, from_split: bool):
             t = run_pipeline(
                 pipeline_name=stage_component_name(name),
-                parameters={"input_stage": input_stage, "input_from_split": lang is not None and input_stage == "lang_id"},
+                parameters={"input_stage": input_stage, "input_from_split": from_split},
                 pipeline_version=a["stage_pipeline_version"],
                 parent_run_id=parent,
                 inherit_parameters=True,
@@ -56,10 +56,10 @@ def chained_super_pipeline():
         # nesting, and the parent's run id is the one every child wrote under
         wire_super(stage, a, parent)
 
-    help = {**SUPER_HELP, "work_root": "Folder or s3:// URI under which every child writes <work_root>/<this run's id>/[lang=<branch>/]<stage>.",
+    descriptions = {**SUPER_HELP, "work_root": "Folder or s3:// URI under which every child writes <work_root>/<this run's id>/[lang=<branch>/]<stage>.",
             "provider": "Where each child's Ray cluster comes from: 'kuberay' or 'local'."}
     return make_pipeline(PIPELINE_NAME, "super_chained",
                          "prepline super pipeline chained through the KFP API: one child run per stage, per-language branches",
                          super_summary("The SDK-chained super pipeline",
                                        "; each stage starts its uploaded simple pipeline as a child run and waits for it"),
-                         stage_params.CHAINED, build, super_defaults(), help)
+                         stage_params.CHAINED, build, super_defaults(), descriptions)

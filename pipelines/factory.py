@@ -44,7 +44,7 @@ def stage_component_name(transform: str) -> str:
 
 
 def make_pipeline(name: str, func_name: str, description: str, summary: str, params: list[str], build,
-                  defaults: dict | None = None, help: dict | None = None):
+                  defaults: dict | None = None, descriptions: dict | None = None):
     """A KFP pipeline whose parameters are ``params`` from :mod:`prepline.stage_params` (signature,
     defaults, descriptions) and whose graph ``build(**arguments)`` creates."""
     sig = stage_params.signature(params, defaults)
@@ -55,7 +55,7 @@ def make_pipeline(name: str, func_name: str, description: str, summary: str, par
         return build(**bound.arguments)
 
     body.__signature__ = sig
-    body.__doc__ = f"{summary}\n\n{stage_params.args_doc(params, help)}"
+    body.__doc__ = f"{summary}\n\n{stage_params.args_doc(params, descriptions)}"
     body.__name__ = body.__qualname__ = func_name
     return dsl.pipeline(name=name, description=description)(body)
 
@@ -133,15 +133,15 @@ SUPER_HELP = {"input_path": "Input folder or s3:// URI of Parquet files (the fir
 
 def wire_super(stage, a: dict, run_id) -> None:
     """The super pipelines' graph: the global stages in order, then (after lang_id's split) one
-    ParallelFor branch per language, then the fine-tune fan-in. ``stage(name, input_stage, lang)``
-    creates one stage's task (``lang`` is None outside the branches; the first stage of a branch
-    reads lang_id's split); ``a`` holds the pipeline's arguments and ``run_id`` is the run the
+    ParallelFor branch per language, then the fine-tune fan-in. ``stage(name, input_stage, lang,
+    from_split)`` creates one stage's task (``lang`` is None outside the branches; ``from_split``
+    is true for the first stage of a branch, which reads lang_id's split); ``a`` holds the pipeline's arguments and ``run_id`` is the run the
     stages wrote under (for fine_tune to find the token shards)."""
     glob, branch = super_stages()
     split = "lang_id" in glob
     prev, prev_name = None, ""
     for s in glob + ([] if split else branch):  # no language split available: the branch stages run once, un-branched
-        t = stage(s, prev_name, None).set_display_name(s)
+        t = stage(s, prev_name, None, False).set_display_name(s)
         if prev is not None:
             t.after(prev)
         prev, prev_name = t, s
@@ -150,7 +150,7 @@ def wire_super(stage, a: dict, run_id) -> None:
     with dsl.ParallelFor(a["languages"], parallelism=len(DEFAULT_LANGUAGES), name="per-language") as lang:
         bprev, bprev_name = None, ""
         for s in branch:
-            t = stage(s, bprev_name or prev_name, lang).set_display_name(s)
+            t = stage(s, bprev_name or prev_name, lang, bprev is None).set_display_name(s)
             t.after(bprev if bprev is not None else prev)
             bprev, bprev_name = t, s
     if bprev_name == "tokenization":  # fan-in: train on the branches' token shards (found by their paths)
@@ -173,8 +173,8 @@ def super_pipeline():
     def build(**a):
         shared = {k: a[k] for k in stage_params.SHARED}
 
-        def stage(s, input_stage, lang):
-            branched = {} if lang is None else {"branch": lang, "input_from_split": input_stage == "lang_id"}
+        def stage(s, input_stage, lang, from_split):
+            branched = {} if lang is None else {"branch": lang, "input_from_split": from_split}
             return simple_pipeline(s)(input_path=a["input_path"], input_stage=input_stage, **branched, **shared)
 
         wire_super(stage, a, dsl.PIPELINE_JOB_ID_PLACEHOLDER)

@@ -268,7 +268,7 @@ def cmd_pipeline(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     from pathlib import Path
 
-    from prepline.kfp_cli import TaskTimes, run_local
+    from prepline.kfp_cli import TaskTimes, run_local, strip_ansi
 
     if a.action == "list":
         from prepline.pipelines.factory import pipelines
@@ -303,9 +303,7 @@ def cmd_pipeline(argv: list[str]) -> int:
     try:
         secs = run_local(a.name, args, str(work / "kfp"), times)
     except RuntimeError as e:  # kfp.local's "pipeline finished with status FAILURE ..."
-        import re
-
-        msg = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
+        msg = strip_ansi(str(e))
         _print_run_counts(work / "stages", started)  # what the stages up to the failure did
         raise RunFailed(msg, f"see the failing task's log above; its outputs are under {work / 'kfp'}") from None
     _print_task_times(times, secs)

@@ -63,7 +63,7 @@ class TaskTimes(logging.Filter):
         self.tasks: list[dict] = []  # {"task", "kind", "seconds", "status"} in finishing order
 
     def filter(self, record: logging.LogRecord) -> bool:
-        msg = _ANSI.sub("", str(record.msg))
+        msg = strip_ansi(str(record.msg))
         # ParallelFor iterations run at once in threads and reuse task names: key by thread too
         if m := self._START.search(msg):
             self._open[(record.thread, m.group(1))] = record.created
@@ -93,6 +93,11 @@ class TaskTimes(logging.Filter):
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def strip_ansi(text: str) -> str:
+    """kfp.local colours task and pipeline names: without the escape codes."""
+    return _ANSI.sub("", text)
 
 
 def run_local(name: str, args: dict, pipeline_root: str, times: TaskTimes | None = None) -> float:

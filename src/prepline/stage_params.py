@@ -100,7 +100,7 @@ def signature(names: list[str], defaults: dict[str, Any] | None = None) -> inspe
     return inspect.Signature([PARAMS[n].parameter(defaults.get(n, inspect.Parameter.empty)) for n in names])
 
 
-def args_doc(names: list[str], help: dict[str, str] | None = None) -> str:
+def args_doc(names: list[str], descriptions: dict[str, str] | None = None) -> str:
     """The ``Args:`` section of a docstring (KFP turns it into the parameters' descriptions)."""
-    help = help or {}
-    return "Args:\n" + "".join(f"    {n}: {help.get(n, PARAMS[n].help)}\n" for n in names)
+    descriptions = descriptions or {}
+    return "Args:\n" + "".join(f"    {n}: {descriptions.get(n, PARAMS[n].help)}\n" for n in names)
