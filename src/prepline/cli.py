@@ -236,20 +236,33 @@ def cmd_sample(argv: list[str]) -> int:
 
 
 def cmd_compile(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="prepline compile", description="Compile every component and pipeline into compiled/.")
-    ap.add_argument("--output", default=None, help="folder (default: the repo's compiled/)")
-    ap.add_argument("--check", action="store_true", help="only compare; exit 1 when compiled/ is stale")
+    from prepline import images
+
+    ap = argparse.ArgumentParser(prog="prepline compile",
+                                 description="Compile every component and pipeline into compiled/ and the Elyra catalog into "
+                                             "elyra_templates/, every image from one registry and tag.")
+    ap.add_argument("--output", default=None, help="folder of the KFP files (default: the repo's compiled/)")
+    ap.add_argument("--elyra-output", default=None, help="folder of the Elyra catalog and templates (default: the repo's elyra_templates/)")
+    ap.add_argument("--registry", default=images.REGISTRY, help=f"image registry/prefix of the runtime images (default {images.REGISTRY})")
+    ap.add_argument("--tag", default=images.VERSION, help=f"image tag (default {images.VERSION})")
+    ap.add_argument("--check", action="store_true", help="only compare; exit 1 when a generated file is stale")
     a = ap.parse_args(argv)
     from pathlib import Path
 
+    from prepline.elyra import sync as sync_elyra
     from prepline.kfp_cli import ROOT, sync_compiled
 
-    diffs = sync_compiled(Path(a.output) if a.output else ROOT / "compiled", check=a.check)
+    image_set = images.ImageSet(a.registry, a.tag)
+    diffs = sync_compiled(Path(a.output) if a.output else ROOT / "compiled", check=a.check, images=image_set)
+    diffs += [f"elyra {d}" for d in sync_elyra(Path(a.elyra_output) if a.elyra_output else ROOT / "elyra_templates", check=a.check,
+                                               images=image_set)]
     for d in diffs:
         print(d)
     if a.check and diffs:
-        print("error: compiled/ is stale\n  fix: run `prepline compile` and commit compiled/", file=sys.stderr)
+        print("error: compiled/ or elyra_templates/ is stale\n  fix: run `prepline compile` and commit them", file=sys.stderr)
         return EXIT_FAILED
+    if not a.check:
+        print("images: " + ", ".join(f"{k} {v}" for k, v in image_set.all().items()))
     return 0
 
 
@@ -277,7 +290,9 @@ def cmd_pipeline(argv: list[str]) -> int:
             print(n)
         return 0
     work = Path(a.work_root).resolve()
-    args: dict[str, Any] = {"work_root": str(work / "stages")}
+    # the compiled defaults are for a cluster: a local run passes its local values explicitly
+    # (a local Ray head per stage, local paths); --param may still override them
+    args: dict[str, Any] = {"work_root": str(work / "stages"), "provider": "local", "provider_json": "{}"}
     if a.input:
         args["input_path"] = str(Path(a.input).resolve()) if "://" not in a.input else a.input
     else:

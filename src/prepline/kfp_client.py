@@ -539,6 +539,11 @@ class KfpClient:
 
     def pipeline(self, name: str):
         p = self.find_pipeline(name)
+        # the KFP UI's upload dialog names a pipeline after its file (doc_id); `prepline kfp upload`
+        # after the compiled name (doc-id: KFP pipeline names take no '_'): find either spelling
+        alt = name.replace("_", "-") if "_" in name else name.replace("-", "_")
+        if p is None and alt != name:
+            p = self.find_pipeline(alt)
         if p is None:
             known = [q.display_name for q in self.iter_pipelines(limit=50)]
             raise KfpNotFound(f"no pipeline named {name} on {self.conn.host}" + (f" (namespace {self.conn.namespace})" if self.conn.namespace else ""),

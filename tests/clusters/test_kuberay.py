@@ -448,7 +448,8 @@ def test_wait_ready_timeouts_name_what_is_missing():
 
 def test_configuration_errors():
     with pytest.raises(ConfigError, match="PREPLINE_KUBERAY_SERVER"):
-        KubeRayClient("")
+        KubeRayClient("kuberay-apiserver:8888")
+    assert KubeRayClient("").server == "http://kuberay-apiserver-service.ray-system.svc.cluster.local:8888"  # in-cluster default
     with pytest.raises(ConfigError, match="token file"):
         KubeRayClient("http://127.0.0.1:1", token_file="/nonexistent/token")
     with pytest.raises(ConfigError, match="api_version"):

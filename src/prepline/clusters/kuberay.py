@@ -88,7 +88,10 @@ class KubeRayClient(JsonHttp):
     user_agent = "prepline-kuberay"
 
     def __init__(self, server: str | None = None, token: str | None = None, token_file: str | None = None, **kw):
-        server = server or os.environ.get(ENV_SERVER, "")
+        from prepline.stage_params import DEFAULT_KUBERAY_SERVER
+
+        # an explicit server, else $PREPLINE_KUBERAY_SERVER, else the in-cluster address of the Helm chart's Service
+        server = server or os.environ.get(ENV_SERVER) or DEFAULT_KUBERAY_SERVER
         if not server.startswith(("http://", "https://")):
             raise ConfigError(f"KubeRay API server URL '{server}' is missing or not http(s)",
                               f"pass server='http://kuberay-apiserver-service.<ns>.svc.cluster.local:8888' or set {ENV_SERVER}")
