@@ -5,12 +5,16 @@ images from one registry/tag setting (:class:`prepline.images.ImageSet`).
 """
 
 
-def _in_image(component, image: str):
-    """A copy of ``component`` whose container runs ``image``."""
+def _in_image(component, image: str, images):
+    """A copy of ``component`` whose container runs ``image``, its image inputs defaulting to ``images``."""
     import copy
 
     c = copy.deepcopy(component)
     c.component_spec.implementation.container.image = image
+    for name, kind in (("ray_image", "ray"), ("trainer_image", "trainer")):
+        if name in (c.component_spec.inputs or {}):
+            c.component_spec.inputs[name].default = images.image(kind)
+            c.component_spec.inputs[name].optional = True
     return c
 
 
@@ -21,6 +25,6 @@ def catalog(images=None) -> dict:
     from prepline.images import DEFAULT
 
     images = images or DEFAULT
-    out = {k: _in_image(c, images.launcher) for k, c in {**COMPONENTS, **CHAINING}.items()}
-    out.update({k: _in_image(c, images.trainer) for k, c in FINE_TUNE.items()})
+    out = {k: _in_image(c, images.launcher, images) for k, c in {**COMPONENTS, **CHAINING}.items()}
+    out.update({k: _in_image(c, images.trainer, images) for k, c in FINE_TUNE.items()})
     return out

@@ -18,8 +18,8 @@ Mirrored behaviours (each from job_head.py unless said otherwise):
 * ``GET /api/version``.
 
 Job life (not Ray's, the fake's script): PENDING on the first read, then RUNNING, then after
-``job_steps`` more reads (or websocket ticks) SUCCEEDED; an entrypoint containing "fail" ends FAILED
-with a traceback, one containing "hang" runs until stopped, one containing "chatty" writes a line per step.
+``job_steps`` more reads (or websocket ticks) SUCCEEDED; an entrypoint containing "fail_on_purpose" ends FAILED
+with a traceback, one containing "hang_forever" runs until stopped, one containing "chatty" writes a line per step.
 """
 
 from __future__ import annotations
@@ -123,9 +123,9 @@ class FakeRayJobs:
             job.update(status="RUNNING", message="Job is currently running.", job_id="02000000", logs=f"running: {ep}\n")
         elif "chatty" in ep:
             job["logs"] += f"step {job['reads']}\n"
-        if "hang" in ep or job["reads"] <= 1 + self.job_steps:
+        if "hang_forever" in ep or job["reads"] <= 1 + self.job_steps:
             return
-        if "fail" in ep:
+        if "fail_on_purpose" in ep:
             tb = ("Traceback (most recent call last):\n  File \"job.py\", line 3, in <module>\n"
                   "    raise RuntimeError('boom: the job failed on purpose')\nRuntimeError: boom: the job failed on purpose\n")
             job.update(status="FAILED", error_type="JOB_ENTRYPOINT_COMMAND_ERROR", logs=job["logs"] + tb,
