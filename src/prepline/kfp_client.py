@@ -482,7 +482,10 @@ class KfpClient:
             what = "an HTML page (a login page or a proxy?)" if raw.lstrip()[:1] == b"<" else f"{raw[:80]!r}"
             raise KfpUnreachable(f"{self.conn.host} did not answer like the KFP API: /apis/v2beta1/healthz returned {what}",
                                  fix + "; behind Kubeflow's auth gateway pass a token (--token) or use the in-cluster service") from None
-        return {"multi_user": bool(d.get("multi_user")), "pipeline_store": d.get("pipeline_store")}
+        # tag_name: the backend's release (backend/src/apiserver/main.go healthz handler); prepline.compat judges it
+        self.server_info = {"multi_user": bool(d.get("multi_user")), "pipeline_store": d.get("pipeline_store"),
+                            "tag_name": d.get("tag_name"), "commit_sha": d.get("commit_sha")}
+        return self.server_info
 
     @property
     def client(self):
@@ -924,6 +927,7 @@ def _parser() -> argparse.ArgumentParser:
                                  epilog="exit codes: 0 ok/SUCCEEDED, 1 FAILED, 2 usage or parameter error, 3 CANCELED, 4 wait timed out, 5 server error")
     sub = ap.add_subparsers(dest="action", required=True, metavar="ACTION")
 
+    _conn_args(sub.add_parser("version", help="the server's KFP release and what of prepline's pipelines it cannot run (docs/compatibility.md)"))
     u = sub.add_parser("upload", help="upload a compiled pipeline (new pipeline, or new version of the pipeline of that name); idempotent")
     u.add_argument("file", help="compiled pipeline YAML, e.g. compiled/pipelines/doc_id.yaml")
     u.add_argument("--name", default=None, help="pipeline name (default: the name compiled into the file, e.g. doc-id)")
@@ -1002,6 +1006,17 @@ class _Out:
         print(text, file=sys.stderr, flush=True)
 
 
+def _version(kc: KfpClient, out: _Out) -> int:
+    """``prepline kfp version``: the server's release and what of prepline's pipelines it cannot run."""
+    from prepline.compat import kfp_backend_notes
+
+    info = kc.healthz()
+    notes = kfp_backend_notes(info.get("tag_name"))
+    out.emit({**info, "notes": notes}, "\n".join([f"KFP backend {info.get('tag_name') or 'unknown'} at {kc.conn.host}"] + notes
+                                                 or ["every feature prepline's pipelines use is supported"]))
+    return EXIT_OK
+
+
 def _wait_and_report(kc: KfpClient, out: _Out, run_id: str, timeout, poll, extra: dict | None = None) -> int:
     def change(r):
         out.note(f"run {run_id}: {_run_state(r)}")
@@ -1043,6 +1058,13 @@ def main(argv: list[str]) -> int:
 
 def _dispatch(a, out: _Out) -> int:
     kc = KfpClient(resolve_connection(a.host, a.namespace, a.token, a.token_file, request_timeout=a.request_timeout))
+    if a.action == "version":
+        return _version(kc, out)
+    if a.action in ("upload", "run", "clone"):  # say when the backend is too old for what the pipelines use
+        from prepline.compat import kfp_backend_notes
+
+        for note in kfp_backend_notes(kc.healthz().get("tag_name")):
+            out.note(f"warning: {note}")
     if a.action == "upload":
         r = kc.upload(a.file, a.name, a.version, a.description)
         what = "created pipeline" if r["created_pipeline"] else "created version" if r["created_version"] else f"unchanged ({r.get('reason')})"

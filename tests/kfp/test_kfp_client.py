@@ -501,3 +501,18 @@ def test_cli_entry_point_subprocess(fake, tmp_path):
     assert r.returncode == 2 and "no Kubeflow Pipelines host" in r.stderr
     r = subprocess.run([str(PREPLINE), "--help"], capture_output=True, text=True, env=env, timeout=120)
     assert "kfp" in r.stdout
+
+
+def test_version_says_what_an_older_backend_cannot_run(capsys):
+    from prepline.compat import FEATURES, kfp_backend_notes
+
+    with FakeKfp(server_version="2.17.0") as fake:
+        code, r = kfpj(capsys, "version", "--host", fake.url)
+        assert code == 0 and r["tag_name"] == "2.17.0" and r["notes"] == []
+    with FakeKfp(server_version="2.5.0") as fake:
+        code, r = kfpj(capsys, "version", "--host", fake.url)
+        assert code == 0 and len(r["notes"]) == 2 and "older than 2.15.0" in r["notes"][0]  # optional secrets; the UI's DAG status
+        code, out, err = kfp(capsys, "upload", DOC_ID, "--host", fake.url)
+        assert code == 0 and "warning: KFP backend 2.5.0 is older than 2.15.0" in err
+    assert len(kfp_backend_notes("2.3.0")) == len([f for f in FEATURES if f.system == "KFP backend"])
+    assert "does not report a release" in kfp_backend_notes("unknown")[0] and "2.15.0" in kfp_backend_notes(None)[0]
