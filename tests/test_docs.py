@@ -18,3 +18,9 @@ def test_readme_starts_with_the_two_commands():
     assert [l.split("#")[0].strip() for l in block] == ["bash scripts/main.sh", "bash scripts/test.sh"]
     ci = (ROOT / ".ci" / "run").read_text()
     assert "scripts/test.sh" in ci
+
+
+def test_the_compatibility_table_is_the_code():
+    from prepline.compat import table_markdown
+
+    assert table_markdown() in (ROOT / "docs" / "compatibility.md").read_text()

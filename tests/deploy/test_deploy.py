@@ -115,6 +115,7 @@ def test_rbac_is_what_the_code_calls():
     assert {("", "services/proxy", "create"), ("", "services/proxy", "get")} <= proxy  # POST = create (requestinfo.go)
     for b in [d for d in base if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]:
         assert {s["name"] for s in b["subjects"]} == {"prepline", "default-editor"}
+        assert {s["namespace"] for s in b["subjects"]} == {"kubeflow-user-example-com"}  # the kustomization's namespace
 
 
 def test_deploy_references_the_default_images_and_the_elyra_claim():
