@@ -91,3 +91,24 @@ def test_components_load_back():
     for path in (COMPILED / "components").glob("*.yaml"):
         comp = components.load_component_from_file(str(path))
         assert comp.name.replace("-", "_") == path.stem
+
+
+def test_compiled_defaults_are_for_a_cluster():
+    """No provider default of local and no /tmp default anywhere in compiled/: input_path and work_root
+    are required, the provider is kuberay at the API server's in-cluster address."""
+    import json
+
+    from prepline.stage_params import DEFAULT_KUBERAY_SERVER
+
+    for p in sorted(COMPILED.rglob("*.yaml")):
+        text = p.read_text()
+        assert "/tmp" not in text, p
+        params = yaml.safe_load(text).get("root", {}).get("inputDefinitions", {}).get("parameters", {})
+        for name, d in params.items():
+            assert d.get("defaultValue") != "local", (p, name)
+        if "provider" in params and p.parent.name == "pipelines":
+            assert params["provider"]["defaultValue"] == "kuberay", p
+            assert json.loads(params["provider_json"]["defaultValue"])["server"] == DEFAULT_KUBERAY_SERVER, p
+            assert "defaultValue" not in params["work_root"] and not params["work_root"].get("isOptional"), p
+        if "input_path" in params and p.parent.name == "pipelines":
+            assert "defaultValue" not in params["input_path"], p
