@@ -103,7 +103,7 @@ def test_compiled_defaults_are_for_a_cluster():
     for p in sorted(COMPILED.rglob("*.yaml")):
         text = p.read_text()
         assert "/tmp" not in text, p
-        params = yaml.safe_load(text).get("root", {}).get("inputDefinitions", {}).get("parameters", {})
+        params = next(yaml.safe_load_all(text)).get("root", {}).get("inputDefinitions", {}).get("parameters", {})
         for name, d in params.items():
             assert d.get("defaultValue") != "local", (p, name)
         if "provider" in params and p.parent.name == "pipelines":
