@@ -41,7 +41,8 @@ def _real_job_api(p: LocalProvider, name: str) -> None:
 
 
 def _ray_pids() -> set[int]:
-    out = subprocess.run(["pgrep", "-f", "raylet|gcs_server"], capture_output=True, text=True).stdout
+    """Ray processes of this venv (other checkouts on a shared machine run Ray heads of their own)."""
+    out = subprocess.run(["pgrep", "-f", f"{sys.prefix}/.*(raylet|gcs_server)"], capture_output=True, text=True).stdout
     return {int(p) for p in out.split()}
 
 

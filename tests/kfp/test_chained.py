@@ -23,7 +23,7 @@ from prepline import kfp_client as K
 from prepline.components.run_pipeline import run_pipeline
 from prepline.errors import ConfigError, RunFailed
 from prepline.kfp_cli import ROOT
-from prepline.pipelines.factory import DEFAULT_LANGUAGES, default_overrides, stage_component_name, super_stages
+from prepline.pipelines.factory import DEFAULT_LANGUAGES, default_overrides, super_stages
 from prepline.stages import prepare, stage_output
 
 pytestmark = pytest.mark.usefixtures("kfp_isolated")  # no KFP settings from this machine
