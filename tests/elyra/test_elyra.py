@@ -188,7 +188,7 @@ def test_component_command_runs_the_whole_stage_and_always_stops(tmp_path, corpu
     monkeypatch.setenv("PREPLINE_LOCAL_CLUSTERS", str(clusters))
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     # one worker actor (the local head gets head + worker CPUs); a job that hangs fails the step in 5 minutes
-    common = {"work_root": str(tmp_path / "w"), "run_id": "elyra-run-1", "cluster_json": '{"workers": {"cpu": "1", "replicas": 1}}',
+    common = {"provider": "local", "work_root": str(tmp_path / "w"), "run_id": "elyra-run-1", "cluster_json": '{"workers": {"cpu": "1", "replicas": 1}}',
               "timeout_seconds": "300", "start_timeout_seconds": "300"}
     try:
         _run_stage_commands(tmp_path, corpus, env, common, clusters)
