@@ -28,10 +28,10 @@ def fine_tune(
     trainjob_json: str,
     s3_secret_name: str,
     timeout_seconds: int,
-    trainer_image: str,
     model: Output[Model],
     metrics: Output[Metrics],
     summary: Output[Markdown],
+    trainer_image: str = "",
 ) -> NamedTuple("FineTuned", [("model_uri", str), ("final_loss", float)]):
     """Train a causal LM on the token shards of the run's tokenization outputs (one per language of
     train_languages, or of languages when that is empty) into <work_root>/<run>/fine_tune: locally
