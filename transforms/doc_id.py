@@ -50,14 +50,12 @@ class DocId(Transform):
         return [Phase("count", "files", "count_rows")] if self.config.id_column else []
 
     def count_rows(self, task: FileTask, ctx) -> dict:
-        from prepline.engine import read_checked
-
         if task.size == 0:
-            read_checked(ctx.input, task, self, [])  # raises the clear error
+            ctx.read_input(task, self, [])  # raises the clear error
         try:
             return {"rows": ctx.input.parquet_file(task.rel).metadata.num_rows}
         except (pa.ArrowInvalid, OSError):
-            read_checked(ctx.input, task, self, [])  # raises the clear error
+            ctx.read_input(task, self, [])  # raises the clear error
             raise
 
     def plan(self, results, files: list[FileTask]) -> Plan:

@@ -23,15 +23,15 @@ so that it can resume. The engine (:mod:`prepline.engine`) runs all of it on any
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
 
 from prepline.config import TransformConfig
+from prepline.context import FileTask, PhaseContext
 from prepline.errors import InputError
 
-if TYPE_CHECKING:
-    from prepline.engine import PhaseContext
+__all__ = ["Column", "FileTask", "Output", "Phase", "PhaseContext", "Plan", "Transform"]
 
 ColumnKind = Literal["string", "int64", "integer", "float", "list", "any"]
 
@@ -64,16 +64,6 @@ class Column:
         if not ok:
             fix = "store the text as a UTF-8 string column" if self.kind == "string" else f"cast it to {self.kind}"
             raise InputError(f"{where}: column '{self.name}' has type {t}, expected {self.kind}", fix)
-
-
-@dataclass(frozen=True)
-class FileTask:
-    """One input file handed to a worker. ``extra`` carries per-file values from the plan."""
-
-    path: str  # full path or s3:// URI
-    rel: str  # path relative to the input root, '/'-separated; the output mirrors it
-    size: int
-    extra: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -174,7 +164,7 @@ class Transform:
         """A few numbers about the pre-phases for metadata.json (e.g. duplicate groups)."""
         return {}
 
-    def finish(self, results: dict[str, dict[str, dict]], ctx: "PhaseContext") -> dict:
+    def finish(self, results: dict[str, dict[str, dict]], ctx: PhaseContext) -> dict:
         """Driver-side step after every file succeeded, before metadata.json is written.
 
         For outputs that need all files (e.g. fixed-length token shards with an index). It must be
@@ -183,7 +173,7 @@ class Transform:
         return {}
 
     # -- per-worker ------------------------------------------------------------------------
-    def setup(self, ctx: "PhaseContext") -> None:
+    def setup(self, ctx: PhaseContext) -> None:
         """Load models or shared state once per worker, before its first final-map task."""
 
     def transform(self, table: pa.Table, task: FileTask) -> Output:
