@@ -264,9 +264,7 @@ def _check_first_schema(transform: Transform, inp: Location, task: FileTask) -> 
     if task.size == 0:
         return  # reported per file by the worker
     try:
-        footer = getattr(inp, "parquet_footer", None)
-        pf = footer(task.rel, task.size) if footer else inp.parquet_file(task.rel)
-        schema = pf.schema_arrow
+        schema = inp.parquet_file(task.rel, task.size).schema_arrow
     except (pa.ArrowInvalid, OSError):
         return  # reported per file by the worker, which may be tolerated
     transform.check_schema(schema, task.path)
