@@ -125,7 +125,7 @@ class Location:
     # -- Parquet ------------------------------------------------------------------------------
     def parquet_file(self, rel: str, size: int | None = None) -> pq.ParquetFile:
         """Open a Parquet file: the footer (schema, row counts) is read first, data on demand."""
-        return pq.ParquetFile(self.open_input(rel, size))
+        return pq.ParquetFile(self.open_input(rel, size), buffer_size=1 << 20)  # pages streamed, not whole chunks
 
     def parquet_footer(self, rel: str, size: int) -> pq.ParquetFile:
         """The same, for schema checks on the driver (kept for callers that name it)."""
