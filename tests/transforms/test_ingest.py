@@ -197,3 +197,10 @@ def test_cli_ingest_folder_of_jsonl_gz(tmp_path):
     # and the next stage takes the output as it is
     run_transform("doc_id", {}, RunOptions(str(tmp_path / "out"), str(tmp_path / "ids"), workers=1, progress=False))
     assert pq.read_table(tmp_path / "ids" / "part-0.jsonl.gz.parquet").column("doc_id").to_pylist() == [0, 1]
+
+
+def test_docs_page_has_the_generated_parameter_table():
+    from prepline.cli import describe_markdown
+
+    page_md = (Path(__file__).resolve().parents[2] / "docs" / "transforms" / "ingest.md").read_text()
+    assert describe_markdown("ingest") in page_md
