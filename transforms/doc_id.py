@@ -50,14 +50,12 @@ class DocId(Transform):
         return [Phase("count", "files", "count_rows")] if self.config.id_column else []
 
     def count_rows(self, task: FileTask, ctx) -> dict:
-        from prepline.engine import read_checked
-
         if task.size == 0:
-            read_checked(ctx.input, task, self, [])  # raises the clear error
+            ctx.read_input(task, self, [])  # raises the clear error
         try:
             return {"rows": ctx.input.parquet_file(task.rel).metadata.num_rows}
         except (pa.ArrowInvalid, OSError):
-            read_checked(ctx.input, task, self, [])  # raises the clear error
+            ctx.read_input(task, self, [])  # raises the clear error
             raise
 
     def plan(self, results, files: list[FileTask]) -> Plan:
@@ -84,6 +82,6 @@ class DocId(Transform):
         if c.hash_column:
             table = table.append_column(c.hash_column, hashing.sha256_hex(self._con, table.column(c.content_column)))
         if c.id_column:
-            start = task.extra["offset"]
+            start = task.extra["offset"] + task.first_row
             table = table.append_column(c.id_column, pa.array(range(start, start + table.num_rows), pa.int64()))
         return Output.of(table)

@@ -23,15 +23,15 @@ so that it can resume. The engine (:mod:`prepline.engine`) runs all of it on any
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Iterator, Literal
 
 import pyarrow as pa
 
 from prepline.config import TransformConfig
+from prepline.context import FileTask, PhaseContext
 from prepline.errors import InputError
 
-if TYPE_CHECKING:
-    from prepline.engine import PhaseContext
+__all__ = ["Column", "FileTask", "Output", "Phase", "PhaseContext", "Plan", "Transform"]
 
 ColumnKind = Literal["string", "int64", "integer", "float", "list", "any"]
 
@@ -64,16 +64,6 @@ class Column:
         if not ok:
             fix = "store the text as a UTF-8 string column" if self.kind == "string" else f"cast it to {self.kind}"
             raise InputError(f"{where}: column '{self.name}' has type {t}, expected {self.kind}", fix)
-
-
-@dataclass(frozen=True)
-class FileTask:
-    """One input file handed to a worker. ``extra`` carries per-file values from the plan."""
-
-    path: str  # full path or s3:// URI
-    rel: str  # path relative to the input root, '/'-separated; the output mirrors it
-    size: int
-    extra: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -126,6 +116,11 @@ class Transform:
     summary: ClassVar[str] = ""
     #: optional extra the transform needs (``pip install 'prepline[<extra>]'``)
     extra: ClassVar[str | None] = None
+    #: file name endings taken from the input folder (a transform that reads other formats says
+    #: which, and overrides :meth:`read_batches`)
+    input_suffixes: ClassVar[tuple[str, ...]] = (".parquet",)
+    #: True when ``transform`` needs a whole file at once (default: bounded batches of rows)
+    whole_file: ClassVar[bool] = False
 
     def __init__(self, config: TransformConfig):
         if not isinstance(config, self.Config):
@@ -174,7 +169,7 @@ class Transform:
         """A few numbers about the pre-phases for metadata.json (e.g. duplicate groups)."""
         return {}
 
-    def finish(self, results: dict[str, dict[str, dict]], ctx: "PhaseContext") -> dict:
+    def finish(self, results: dict[str, dict[str, dict]], ctx: PhaseContext) -> dict:
         """Driver-side step after every file succeeded, before metadata.json is written.
 
         For outputs that need all files (e.g. fixed-length token shards with an index). It must be
@@ -183,8 +178,21 @@ class Transform:
         return {}
 
     # -- per-worker ------------------------------------------------------------------------
-    def setup(self, ctx: "PhaseContext") -> None:
+    def setup(self, ctx: PhaseContext) -> None:
         """Load models or shared state once per worker, before its first final-map task."""
+
+    def read_batches(self, task: FileTask, ctx: PhaseContext) -> Iterator[pa.Table]:
+        """The tables of one input file for the final map, in file order: the checked Parquet read,
+        batch by batch (bounded memory), or whole when ``whole_file``. Every table is handed to
+        :meth:`transform` with ``task.first_row`` set to where it starts in the file."""
+        if self.whole_file:
+            yield ctx.read_input(task, self, self.read_columns())
+        else:
+            yield from ctx.iter_input(task, self, self.read_columns())
+
+    def output_rel(self, rel: str) -> str:
+        """Where the output of input file ``rel`` goes (the output tree mirrors the input tree)."""
+        return rel
 
     def transform(self, table: pa.Table, task: FileTask) -> Output:
         raise NotImplementedError

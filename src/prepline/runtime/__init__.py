@@ -1,17 +1,20 @@
 """Executors: run one phase's tasks on workers and hand each result back as it arrives.
 
-Both runtimes dispatch dynamically (the next task goes to whichever worker is free), so skewed
-file sizes do not stall a run, and both build one :class:`~prepline.engine.Worker` per worker
-process or actor, so models load once per worker.
+Both runtimes share one dispatch loop (:mod:`prepline.runtime.dispatch`: the next task goes to
+whichever worker is free, so skewed file sizes do not stall a run; a task whose worker died runs
+again) and build one :class:`~prepline.worker.Worker` per worker process or actor, so models load
+once per worker.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Protocol
 
-from prepline.engine import RunOptions, WorkerSpec
+from prepline.context import WorkerSpec
+from prepline.runtime.dispatch import OnResult
+from prepline.runtime.options import RunOptions
 
-OnResult = Callable[[Any, dict], bool]
+__all__ = ["Executor", "OnResult", "RunOptions", "make_executor"]
 
 
 class Executor(Protocol):
@@ -27,7 +30,7 @@ def make_executor(options: RunOptions) -> Executor:
     if options.runtime == "ray":
         from prepline.runtime.ray import RayExecutor
 
-        return RayExecutor(options.workers, options.cpus_per_worker, options.ray_address)
+        return RayExecutor(options.workers, options.cpus_per_worker, options.ray_address, options.task_retries)
     from prepline.runtime.local import LocalExecutor
 
-    return LocalExecutor(options.workers)
+    return LocalExecutor(options.workers, options.task_retries)

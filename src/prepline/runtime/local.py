@@ -1,7 +1,7 @@
-"""Local runtime: in-process for one worker, a process pool for more.
+"""Local runtime: in the driver's process for one worker, a process pool for more.
 
 The pool lives for the whole run (all phases): each worker process keeps one
-:class:`~prepline.engine.Worker` per phase spec, so models load once per process.
+:class:`~prepline.worker.Worker` per phase spec, so models load once per process.
 """
 
 from __future__ import annotations
@@ -9,8 +9,11 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
-from prepline.engine import Worker, WorkerSpec
+from prepline.context import WorkerSpec
+from prepline.runtime.dispatch import OnResult, WorkerLost, dispatch
+from prepline.worker import Worker
 
 _current: tuple[WorkerSpec, Worker] | None = None
 
@@ -22,56 +25,87 @@ def _run(spec: WorkerSpec, task) -> dict:
     return _current[1].run(task)
 
 
+class _Done:
+    """A finished task's result (a handle of the inline backend)."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: dict):
+        self.result = result
+
+
+class _Inline:
+    """One worker: the driver's own process runs each task when it is submitted."""
+
+    capacity = 1
+    lost_fix = ""
+
+    def __init__(self, spec: WorkerSpec):
+        self._worker = Worker(spec)
+
+    def submit(self, task) -> _Done:
+        return _Done(self._worker.run(task))
+
+    def wait(self, handles: list) -> list:
+        return handles
+
+    def result(self, handle: _Done) -> dict:
+        return handle.result
+
+    def cancel(self, handles: list) -> None:
+        pass
+
+
+class _Pool:
+    """Several workers: a process pool. A worker process that dies breaks the whole pool (every task
+    in it fails with BrokenProcessPool): the pool is rebuilt once and those tasks are run again."""
+
+    lost_fix = "check memory (fewer --workers) and the logs above"
+
+    def __init__(self, executor: "LocalExecutor", spec: WorkerSpec):
+        self.ex, self.spec = executor, spec
+        self.capacity = executor.workers
+        self._generation: dict[Future, int] = {}
+
+    def submit(self, task) -> Future:
+        fut = self.ex._get_pool().submit(_run, self.spec, task)
+        self._generation[fut] = self.ex._pool_generation
+        return fut
+
+    def wait(self, handles: list) -> list:
+        return list(wait(handles, return_when=FIRST_COMPLETED)[0])
+
+    def result(self, fut: Future) -> dict:
+        gen = self._generation.pop(fut)
+        try:
+            return fut.result()
+        except BrokenProcessPool as e:
+            if gen == self.ex._pool_generation:  # the first of its tasks to tell: rebuild the pool
+                self.ex.close()
+            raise WorkerLost(f"worker process died ({type(e).__name__})") from None
+
+    def cancel(self, handles: list) -> None:
+        for f in handles:
+            f.cancel()
+
+
 class LocalExecutor:
-    def __init__(self, workers: int = 0):
+    def __init__(self, workers: int = 0, task_retries: int = 2):
         self.workers = workers or os.cpu_count() or 1
+        self.task_retries = task_retries
         self._pool: ProcessPoolExecutor | None = None
+        self._pool_generation = 0
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             # spawn: safe with the threads pyarrow/duckdb start; fork is not.
             self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
+            self._pool_generation += 1
         return self._pool
 
-    def run(self, spec: WorkerSpec, tasks: list, on_result) -> bool:
-        if self.workers <= 1 or len(tasks) <= 1:
-            worker = Worker(spec)
-            for t in tasks:
-                if not on_result(t, worker.run(t)):
-                    return False
-            return True
-        pool = self._get_pool()
-        queue = list(reversed(tasks))
-        running: dict[Future, object] = {}
-        # keep each worker busy with exactly one task: the next goes to whoever is free
-        while queue and len(running) < self.workers:
-            t = queue.pop()
-            running[pool.submit(_run, spec, t)] = t
-        while running:
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for fut in done:
-                t = running.pop(fut)
-                try:
-                    r = fut.result()
-                except Exception as e:  # the worker process died (killed, out of memory)
-                    r = {
-                        "error": f"{getattr(t, 'path', t)}: worker process failed: {type(e).__name__}: {e}",
-                        "fix": "check memory (fewer --workers) and the logs above",
-                    }
-                    self.close()
-                    pool = self._get_pool()
-                    for f in running:
-                        f.cancel()
-                    queue.extend(reversed([running[f] for f in running]))
-                    running.clear()
-                if not on_result(t, r):
-                    for f in running:
-                        f.cancel()
-                    return False
-                while queue and len(running) < self.workers:
-                    nt = queue.pop()
-                    running[pool.submit(_run, spec, nt)] = nt
-        return True
+    def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult) -> bool:
+        backend = _Inline(spec) if self.workers <= 1 or len(tasks) <= 1 else _Pool(self, spec)
+        return dispatch(backend, tasks, on_result, self.task_retries)
 
     def close(self) -> None:
         if self._pool is not None:

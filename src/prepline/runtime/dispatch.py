@@ -1,0 +1,74 @@
+"""The one dispatch loop both executors share.
+
+A :class:`Backend` runs one task on one of its workers and reports when tasks finish; the loop
+keeps every worker busy with exactly one task (the next task goes to whichever worker is free,
+so skewed file sizes do not stall a run), hands each result to the driver as it arrives, and runs
+a task again when its worker died under it (tasks are idempotent by design), a bounded number of
+times, before reporting it as failed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Protocol
+
+log = logging.getLogger("prepline")
+
+OnResult = Callable[[Any, dict], bool]
+
+
+class WorkerLost(Exception):
+    """The worker process or actor running a task died (killed, out of memory, node lost)."""
+
+
+class Backend(Protocol):
+    #: how many tasks run at once
+    capacity: int
+    #: what to tell the user when a task keeps losing its worker
+    lost_fix: str
+
+    def submit(self, task: Any) -> Any:
+        """Start ``task`` on a free worker; returns a handle."""
+
+    def wait(self, handles: list) -> list:
+        """Block until at least one of ``handles`` finished; return the finished ones."""
+
+    def result(self, handle: Any) -> dict:
+        """The task's result dict; raises :class:`WorkerLost` (after replacing the worker) if it died."""
+
+    def cancel(self, handles: list) -> None:
+        """Stop what still runs (best effort): the run is being abandoned."""
+
+
+def task_label(task: Any) -> str:
+    return str(getattr(task, "path", None) or (f"shard {task:05d}" if isinstance(task, int) else task))
+
+
+def dispatch(backend: Backend, tasks: list, on_result: OnResult, retries: int = 2) -> bool:
+    """Run ``tasks`` on ``backend``; call ``on_result(task, result)`` for each, in completion order.
+
+    Returns False as soon as ``on_result`` does (the tasks still running are cancelled).
+    """
+    pending = list(range(len(tasks)))[::-1]  # indices: tasks need not be hashable
+    lost = [0] * len(tasks)
+    running: dict[Any, int] = {}
+    while pending or running:
+        while pending and len(running) < backend.capacity:
+            i = pending.pop()
+            running[backend.submit(tasks[i])] = i
+        for handle in backend.wait(list(running)):
+            i = running.pop(handle)
+            try:
+                r = backend.result(handle)
+            except WorkerLost as e:
+                lost[i] += 1
+                if lost[i] <= retries:
+                    log.warning("%s: %s; running it again (%d of %d retries)", task_label(tasks[i]), e, lost[i], retries)
+                    pending.append(i)
+                    continue
+                r = {"error": f"{task_label(tasks[i])}: {e} ({lost[i]} times; retries: {retries})", "fix": backend.lost_fix,
+                     "worker_lost": True}
+            if not on_result(tasks[i], r):
+                backend.cancel(list(running))
+                return False
+    return True

@@ -1,0 +1,172 @@
+"""The shared dispatch loop and the executors around it: a worker that dies under its task is
+replaced and the task runs again (bounded), the driver never trips over its own bookkeeping."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import make_corpus, tree_bytes
+from prepline.engine import RunOptions, run_transform
+from prepline.runtime.dispatch import WorkerLost, dispatch
+
+
+class Handle(list):
+    """A task's handle: one per submission, hashable by identity."""
+
+    __hash__ = object.__hash__
+
+
+class FakeBackend:
+    """Runs tasks at once; ``deaths[task]`` times its worker 'dies' first."""
+
+    lost_fix = "give it more memory"
+
+    def __init__(self, capacity: int, deaths: dict):
+        self.capacity, self.deaths, self.started = capacity, dict(deaths), []
+
+    def submit(self, task):
+        self.started.append(task)
+        return Handle([task])
+
+    def wait(self, handles):
+        return handles[:1]
+
+    def result(self, handle):
+        task = handle[0]
+        if self.deaths.get(task, 0) > 0:
+            self.deaths[task] -= 1
+            raise WorkerLost("worker process died")
+        return {"task": task}
+
+    def cancel(self, handles):
+        self.cancelled = handles
+
+
+def test_a_lost_task_runs_again_and_every_result_arrives_once():
+    b = FakeBackend(2, {1: 2})
+    seen = []
+    assert dispatch(b, [0, 1, 2, 3], lambda t, r: seen.append((t, r)) or True, retries=2)
+    assert sorted(t for t, _ in seen) == [0, 1, 2, 3]
+    assert all("error" not in r for _, r in seen)
+    assert b.started.count(1) == 3
+
+
+def test_a_task_that_keeps_losing_its_worker_fails_clearly_after_the_retries():
+    b = FakeBackend(2, {2: 5})
+    seen = {}
+    dispatch(b, [0, 1, 2], lambda t, r: seen.__setitem__(t, r) or True, retries=1)
+    assert b.started.count(2) == 2
+    assert seen[2]["worker_lost"] and "2 times" in seen[2]["error"] and seen[2]["fix"] == "give it more memory"
+    assert "error" not in seen[0] and "error" not in seen[1]
+
+
+def test_stop_when_told_and_cancel_what_runs():
+    b = FakeBackend(3, {})
+    seen = []
+    assert not dispatch(b, list(range(10)), lambda t, r: seen.append(t) or len(seen) < 2)
+    assert len(seen) == 2 and len(b.cancelled) == 2  # the two others still running
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(d.name))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def _kill_first_pool_worker(stop: threading.Event, killed: list) -> None:
+    """SIGKILL one spawned pool worker as soon as one exists (it is then busy with its first task)."""
+    me = os.getpid()
+    while not stop.is_set():
+        for pid in _children(me):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"multiprocessing" in cmd and b"resource_tracker" not in cmd:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                return
+        time.sleep(0.002)
+
+
+@pytest.mark.slow
+def test_a_killed_pool_worker_is_replaced_and_the_output_is_identical(tmp_path, caplog):
+    src = make_corpus(tmp_path / "in", files=8)
+    run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "ref"), workers=1))
+    stop, killed = threading.Event(), []
+    t = threading.Thread(target=_kill_first_pool_worker, args=(stop, killed), daemon=True)
+    t.start()
+    try:
+        meta = run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "out"), workers=2, max_failed_files=1)).metadata
+    finally:
+        stop.set()
+        t.join(5)
+    assert killed, "no pool worker was seen to kill"
+    assert meta["status"] == "success" and meta["totals"]["files_failed"] == 0
+    assert "running it again" in caplog.text
+    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
+
+
+@pytest.mark.slow
+def test_with_no_retries_a_killed_worker_fails_the_run_with_metadata(tmp_path):
+    src = make_corpus(tmp_path / "in", files=8)
+    stop, killed = threading.Event(), []
+    t = threading.Thread(target=_kill_first_pool_worker, args=(stop, killed), daemon=True)
+    t.start()
+    try:
+        with pytest.raises(Exception, match="worker process died"):
+            run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "out"), workers=2, task_retries=0))
+    finally:
+        stop.set()
+        t.join(5)
+    meta = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    assert meta["status"] == "failed" and meta["failures"]
+
+
+def _kill_first_ray_actor(stop: threading.Event, killed: list) -> None:
+    """SIGKILL one prepline Ray actor process as soon as one runs a task."""
+    while not stop.is_set():
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if cmd.startswith(b"ray::_RayWorker.run"):
+                os.kill(int(d.name), signal.SIGKILL)
+                killed.append(int(d.name))
+                return
+        time.sleep(0.002)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_killed_ray_actor_is_replaced_and_the_output_is_identical(tmp_path, ray_session, caplog):
+    src = make_corpus(tmp_path / "in", files=8)
+    run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "ref"), workers=1))
+    stop, killed = threading.Event(), []
+    t = threading.Thread(target=_kill_first_ray_actor, args=(stop, killed), daemon=True)
+    t.start()
+    try:
+        meta = run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "out"), runtime="ray", workers=2)).metadata
+    finally:
+        stop.set()
+        t.join(5)
+    assert killed, "no Ray actor was seen to kill"
+    assert meta["status"] == "success" and meta["totals"]["files_failed"] == 0
+    assert "running it again" in caplog.text
+    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
