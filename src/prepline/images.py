@@ -30,8 +30,8 @@ NAMES = {"launcher": "prepline-launcher", "ray": "prepline-ray", "trainer": "pre
 #: the prepline extras installed in each image (the trainer image is built FROM the Ray image)
 EXTRAS = {
     "launcher": ("kfp",),
-    "ray": ("ray", "langid", "fuzzy", "pii", "hap", "tokenize"),
-    "trainer": ("ray", "langid", "fuzzy", "pii", "hap", "tokenize", "train", "kfp"),
+    "ray": ("ray", "langid", "fuzzy", "pii", "hap", "tokenize", "ingest"),  # ingest: WARC, zstd, HTML to text
+    "trainer": ("ray", "langid", "fuzzy", "pii", "hap", "tokenize", "ingest", "train", "kfp"),
 }
 _REGISTRY = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
