@@ -235,7 +235,8 @@ class LocalProvider(ClusterProvider):
         st = self._load(name)
         if st is None:
             raise ClusterError(f"no local Ray cluster named {name}", "start it first (start_ray_cluster)")
-        return RayJobClient(f"http://127.0.0.1:{st['ports']['dashboard']}", headers=self._headers(st), retries=2, backoff=0.2)
+        # a loaded machine can stall the dashboard for seconds: retry connection errors for ~15 s
+        return RayJobClient(f"http://127.0.0.1:{st['ports']['dashboard']}", headers=self._headers(st), retries=5, backoff=0.5)
 
 
 __all__ = ["LocalProvider", "ClusterError", "TERMINAL"]
