@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from prepline.data_access import Location, open_location
-from prepline.errors import InputError
+from prepline.errors import InputError, ServiceUnavailable
 
 #: the stage's private folder under the output: run.json, completion markers, phase work files
 WORK = "_prepline"
@@ -80,16 +80,27 @@ def read_checked(loc: Location, task: FileTask, transform: Checked, columns: lis
         pf = loc.parquet_file(task.rel)
         schema = pf.schema_arrow
     except (pa.ArrowInvalid, OSError) as e:
+        _not_transient(e, where)
         raise InputError(f"{where}: not a readable Parquet file ({short_error(e)})", _BAD_FILE_FIX) from None
     transform.check_schema(schema, where)
     try:
         table = pf.read(columns=columns)
     except (pa.ArrowInvalid, OSError) as e:
+        _not_transient(e, where)
         raise InputError(f"{where}: Parquet data is corrupt or truncated ({short_error(e)})", _BAD_FILE_FIX) from None
     for col in transform.input_columns():
         if col.name in table.column_names:
             _check_values(table.column(col.name), col, where)
     return table
+
+
+def _not_transient(e: BaseException, where: str) -> None:
+    """A timeout or a dropped connection while reading is not bad input: say so (never tolerated)."""
+    from prepline.retry import is_transient, short
+
+    if is_transient(e):
+        raise ServiceUnavailable(f"{where}: reading it failed on a transient fault ({short(e)})",
+                                 "check the storage endpoint, then rerun the same command: it resumes") from None
 
 
 def _check_values(arr: pa.ChunkedArray, col: Any, where: str) -> None:

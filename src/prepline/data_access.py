@@ -8,8 +8,8 @@ Writes are atomic: a temp name then ``os.replace`` locally; a single ``PutObject
 
 S3 credentials come from the environment (the usual ``AWS_*`` variables, profiles or an
 instance role); the endpoint from ``PREPLINE_S3_ENDPOINT`` or ``AWS_ENDPOINT_URL[_S3]`` for
-MinIO/Ceph. Retries and timeouts are boto3's standard mode, tunable with
-``PREPLINE_S3_MAX_ATTEMPTS``.
+MinIO/Ceph. Every S3 call runs under :mod:`prepline.retry` (timeouts, a retry budget, transient
+faults told apart from bad input).
 """
 
 from __future__ import annotations
@@ -25,9 +25,12 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from prepline import retry
 from prepline.errors import InputError
 
-PARQUET_WRITE_OPTIONS = dict(compression="zstd", row_group_size=64 * 1024, write_statistics=True)
+#: page checksums (CRC32) are written, and verified on every read: a corrupted page fails its file
+PARQUET_WRITE_OPTIONS = dict(compression="zstd", row_group_size=64 * 1024, write_statistics=True, write_page_checksum=True)
+PARQUET_READ_OPTIONS = dict(page_checksum_verification=True)
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,7 @@ class LocalLocation(Location):
                 os.unlink(tmp)
 
     def parquet_file(self, rel: str) -> pq.ParquetFile:
-        return pq.ParquetFile(self.path(rel), memory_map=True)
+        return pq.ParquetFile(self.path(rel), memory_map=True, **PARQUET_READ_OPTIONS)
 
     def delete(self, rel_prefix: str = "") -> None:
         import shutil
@@ -206,10 +209,11 @@ def s3_client():
     from botocore.config import Config
 
     endpoint = os.environ.get("PREPLINE_S3_ENDPOINT") or None
+    policy = retry.RetryPolicy.from_env()
     cfg = Config(
-        retries={"max_attempts": int(os.environ.get("PREPLINE_S3_MAX_ATTEMPTS", "8")), "mode": "standard"},
-        connect_timeout=10,
-        read_timeout=120,
+        retries={"total_max_attempts": 1},  # prepline.retry retries, body reads included, within one budget
+        connect_timeout=policy.connect_timeout,
+        read_timeout=policy.read_timeout,
         s3={"addressing_style": "path"}
         if endpoint or os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
         else {},
@@ -241,7 +245,8 @@ class _S3RangeFile(io.RawIOBase):
         if n <= 0:
             return 0
         rng = f"bytes={self._pos}-{self._pos + n - 1}"
-        data = self._c.get_object(Bucket=self._b, Key=self._k, Range=rng)["Body"].read()
+        data = retry.call(lambda: self._c.get_object(Bucket=self._b, Key=self._k, Range=rng)["Body"].read(),
+                          f"s3://{self._b}/{self._k}", self._c.meta.endpoint_url)
         b[: len(data)] = data
         self._pos += len(data)
         return len(data)
@@ -274,21 +279,31 @@ class S3Location(Location):
     def path(self, rel: str = "") -> str:
         return f"s3://{self.bucket}/{self.key(rel)}"
 
+    def _call(self, rel: str, fn):
+        """One S3 call under the retry budget; a missing bucket named as such."""
+        try:
+            return retry.call(fn, self.path(rel), self.client.meta.endpoint_url)
+        except Exception as e:
+            if self._is_no_bucket(e) or self._is_no_bucket(e.__cause__):
+                raise self._no_bucket() from None
+            raise
+
     def _iter_objects(self, rel_prefix: str) -> Iterator[dict]:
         prefix = self.key(rel_prefix)
         prefix = prefix + "/" if prefix else ""
-        paginator = self.client.get_paginator("list_objects_v2")
-        try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, PaginationConfig={"PageSize": 1000}):
-                yield from page.get("Contents", [])
-        except self.client.exceptions.NoSuchBucket:
-            raise self._no_bucket() from None
+        token: dict = {}
+        while True:  # ListObjectsV2 pages, each one call under the retry budget
+            page = self._call(rel_prefix, lambda: self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, MaxKeys=1000, **token))
+            yield from page.get("Contents", [])
+            if not page.get("IsTruncated"):
+                return
+            token = {"ContinuationToken": page["NextContinuationToken"]}
 
     def _no_bucket(self) -> InputError:
         return InputError(f"bucket '{self.bucket}' does not exist ({self.uri})", "create it or fix the URI")
 
-    def _is_no_bucket(self, e: Exception) -> bool:
-        return getattr(e, "response", {}).get("Error", {}).get("Code") == "NoSuchBucket"
+    def _is_no_bucket(self, e: BaseException | None) -> bool:
+        return retry.error_code(e) == "NoSuchBucket" if e is not None else False
 
     def list_all(self, rel_prefix: str = "") -> list[FileInfo]:
         base = self.key()
@@ -302,46 +317,34 @@ class S3Location(Location):
         return False
 
     def read_bytes(self, rel: str) -> bytes:
-        from botocore.exceptions import ClientError
-
-        try:
-            return self.client.get_object(Bucket=self.bucket, Key=self.key(rel))["Body"].read()
-        except self.client.exceptions.NoSuchKey:
-            raise FileNotFoundError(self.path(rel)) from None
-        except ClientError as e:
-            if self._is_no_bucket(e):
-                raise self._no_bucket() from None
+        try:  # the body is read inside the retried call: a download cut short is tried again
+            return self._call(rel, lambda: self.client.get_object(Bucket=self.bucket, Key=self.key(rel))["Body"].read())
+        except Exception as e:
+            if retry.error_code(e.__cause__ or e) == "NoSuchKey":
+                raise FileNotFoundError(self.path(rel)) from None
             raise
 
     def write_bytes(self, rel: str, data: bytes) -> None:
-        from botocore.exceptions import ClientError
-
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=self.key(rel), Body=data)
-        except ClientError as e:
-            if self._is_no_bucket(e):
-                raise self._no_bucket() from None
-            raise
+        self._call(rel, lambda: self.client.put_object(Bucket=self.bucket, Key=self.key(rel), Body=data))
 
     def parquet_file(self, rel: str) -> pq.ParquetFile:
-        return pq.ParquetFile(pa.BufferReader(self.read_bytes(rel)))
+        return pq.ParquetFile(pa.BufferReader(self.read_bytes(rel)), **PARQUET_READ_OPTIONS)
 
     def parquet_footer(self, rel: str, size: int) -> pq.ParquetFile:
         """Open with range reads: only the footer is fetched (for schema checks on the driver)."""
         raw = _S3RangeFile(self.client, self.bucket, self.key(rel), size)
-        return pq.ParquetFile(pa.PythonFile(io.BufferedReader(raw, buffer_size=64 * 1024), mode="r"))
+        return pq.ParquetFile(pa.PythonFile(io.BufferedReader(raw, buffer_size=64 * 1024), mode="r"), **PARQUET_READ_OPTIONS)
 
     def delete(self, rel_prefix: str = "") -> None:
         keys = [o["Key"] for o in self._iter_objects(rel_prefix)]
         key = self.key(rel_prefix)
         if key:  # a single object at exactly that name (locally: a file, not a folder)
-            first = self.client.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1).get("Contents", [])
+            first = self._call(rel_prefix, lambda: self.client.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1)).get("Contents", [])
             if first and first[0]["Key"] == key:
                 keys.insert(0, key)
         for i in range(0, len(keys), 1000):
-            resp = self.client.delete_objects(
-                Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]], "Quiet": True}
-            )
+            batch = {"Objects": [{"Key": k} for k in keys[i : i + 1000]], "Quiet": True}
+            resp = self._call(rel_prefix, lambda: self.client.delete_objects(Bucket=self.bucket, Delete=batch))
             errors = resp.get("Errors") or []
             if errors:
                 e = errors[0]

@@ -33,7 +33,7 @@ from prepline.data_access import (
     s3_client,
 )
 from prepline.engine import RunOptions, run_transform
-from prepline.errors import ConfigError, InputError
+from prepline.errors import ConfigError, InputError, OutputError
 
 
 # ----------------------------------------------------------------------------------------------
@@ -582,7 +582,7 @@ def test_missing_bucket_is_an_input_error_naming_it(s3_server, corpus):
         assert ei.value.fix
     with pytest.raises(InputError, match=name):
         run_transform("doc_id", {}, RunOptions(input=f"s3://{name}/in", output=str(corpus.parent / "out"), workers=1))
-    with pytest.raises(InputError, match=name):
+    with pytest.raises(OutputError, match=name):  # the output's bucket: an output error
         run_transform("doc_id", {}, RunOptions(input=str(corpus), output=f"s3://{name}/out", workers=1))
 
 

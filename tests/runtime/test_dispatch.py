@@ -14,6 +14,7 @@ import pytest
 
 from conftest import make_corpus, tree_bytes
 from prepline.engine import RunOptions, run_transform
+from prepline.errors import RunFailed
 from prepline.runtime.dispatch import WorkerLost, dispatch
 
 
@@ -127,13 +128,14 @@ def test_with_no_retries_a_killed_worker_fails_the_run_with_metadata(tmp_path):
     t = threading.Thread(target=_kill_first_pool_worker, args=(stop, killed), daemon=True)
     t.start()
     try:
-        with pytest.raises(Exception, match="worker process died"):
-            run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "out"), workers=2, task_retries=0))
+        with pytest.raises(RunFailed, match="worker process died"):  # even with --max-failed-files: not an input file
+            run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "out"), workers=2, task_retries=0, max_failed_files=3))
     finally:
         stop.set()
         t.join(5)
     meta = json.loads((tmp_path / "out" / "metadata.json").read_text())
-    assert meta["status"] == "failed" and meta["failures"]
+    assert meta["status"] == "failed" and meta["error"]["kind"] == "worker_lost" and not meta["failures"]
+    assert meta["totals"]["docs_out"] == sum(f["docs_out"] for f in meta["files"].values())  # what was written
 
 
 def _kill_first_ray_actor(stop: threading.Event, killed: list) -> None:

@@ -23,7 +23,11 @@ class Executor(Protocol):
     def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult) -> bool:
         """Run ``tasks``; call ``on_result`` for each; stop early (return False) when it says so."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Stop the workers once their tasks are done."""
+
+    def abort(self) -> None:
+        """Stop the workers now (the run was interrupted)."""
 
 
 def make_executor(options: RunOptions) -> Executor:
