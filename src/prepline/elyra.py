@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from prepline import registry, stage_params, stages
-from prepline.errors import ConfigError, PreplineError
+from prepline.errors import ConfigError, PreplineError, exit_code
 from prepline.gentree import sync_tree, write_files
 from prepline.images import LAUNCHER_IMAGE
 
@@ -188,7 +188,7 @@ def _cli(argv: list[str] | None = None) -> int:
         )
     except PreplineError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return exit_code(e)
     for path, value in ((a.stage_dir_file, meta["output_path"]), (a.docs_written_file, str(int(meta["totals"]["docs_out"])))):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
