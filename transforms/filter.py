@@ -43,8 +43,9 @@ def check_criterion(i: int, c: str) -> None:
     """Refuse what a criterion may not do, from DuckDB's own tokens and syntax tree (see the module doc)."""
     import json
 
+    raw = c.encode()  # token positions are UTF-8 byte offsets
     for pos, kind in duckdb.tokenize(c):
-        if kind == duckdb.token_type.comment or (kind == duckdb.token_type.operator and c[pos] == ";"):
+        if kind == duckdb.token_type.comment or (kind == duckdb.token_type.operator and raw[pos:pos + 1] == b";"):
             raise ConfigError(f"filter criterion {i} `{c}` contains ';' or a comment: one SQL expression only",
                               "write a single boolean expression such as \"doc_length > 100\" (quoted text may hold anything)")
     tree = json.loads(_parser().execute("SELECT json_serialize_sql(?)", [f"SELECT ({c}) FROM {TABLE}"]).fetchone()[0])
@@ -59,8 +60,8 @@ def check_criterion(i: int, c: str) -> None:
             name = (node.get("function") or {}).get("function_name", "?")
             raise ConfigError(f"filter criterion {i} `{c}` calls table function {name}(): not allowed in a criterion", _FIX_SQL)
         if kind == "BASE_TABLE" and (node.get("table_name") != TABLE or node.get("schema_name") or node.get("catalog_name")):
-            raise ConfigError(f"filter criterion {i} `{c}` reads table {node.get('table_name')!r}: a criterion sees only the "
-                              f"file's rows ({TABLE})", _FIX_SQL)
+            raise ConfigError(f"filter criterion {i} `{c}` reads table {node.get('table_name')!r}: not allowed, a criterion "
+                              f"sees only the file's rows ({TABLE})", _FIX_SQL)
         if node.get("class") == "FUNCTION" and not node.get("is_operator"):
             name = str(node.get("function_name", "")).lower()
             if name in DENIED_FUNCTIONS or name.startswith(DENIED_PREFIXES) or node.get("schema") or node.get("catalog"):

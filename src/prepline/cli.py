@@ -52,7 +52,7 @@ def _run_parser(transform: str | None) -> argparse.ArgumentParser:
     p.add_argument("--max-failed-files", type=int, default=0,
                    help="bad input files allowed to fail; they are listed (with their documents) in metadata.json (default 0)")
     p.add_argument("--task-retries", type=int, default=2,
-                   help="times a task runs again when its worker dies or the storage does not answer (default 2)")
+                   help="times a task runs again when its worker process or Ray actor dies (default 2)")
     p.add_argument("--overwrite", action="store_true", help="delete what is in --output first (default: resume or refuse)")
     p.add_argument("--params", default=None, help="transform parameters as a JSON object (flags win)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

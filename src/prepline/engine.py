@@ -257,10 +257,11 @@ def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFa
         return True
 
     run.results[phase.name] = res
+    retried = executor.stats.get("retried", 0)
     ok = executor.run(run.spec(phase.name, state), pending, on_result) if pending else True
     if bar:
         bar.close()
-    run.phases[phase.name] = {"tasks": len(items), "resumed": len(items) - len(pending),
+    run.phases[phase.name] = {"tasks": len(items), "resumed": len(items) - len(pending), "retried": executor.stats.get("retried", 0) - retried,
                               "seconds": round(time.perf_counter() - t0, 3), "workers": executor.workers}
     return ok and not run.too_many_failures
 

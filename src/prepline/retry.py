@@ -12,7 +12,7 @@ named for what they are (credentials refused, no credentials, a missing bucket).
 Faults are recognised by exception class names and S3 error codes, not by importing a client
 library, so the same rules hold for boto3, s3fs or pyarrow.fs errors (whose wrapped cause is read).
 
-Settings (environment): ``PREPLINE_S3_MAX_ATTEMPTS`` (5), ``PREPLINE_S3_CONNECT_TIMEOUT`` (5 s),
+Settings (environment): ``PREPLINE_S3_MAX_ATTEMPTS`` (10), ``PREPLINE_S3_CONNECT_TIMEOUT`` (5 s),
 ``PREPLINE_S3_READ_TIMEOUT`` (30 s), ``PREPLINE_S3_RETRY_SECONDS`` (60 s, the budget of one call).
 """
 
@@ -57,7 +57,7 @@ NO_CREDENTIALS = frozenset({"NoCredentialsError", "PartialCredentialsError", "Cr
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    attempts: int = 5
+    attempts: int = 10  # waits 0.25, 0.5, 1, 2, 4, 8, 8 ... s: an outage of ~40 s is bridged
     connect_timeout: float = 5.0
     read_timeout: float = 30.0
     budget: float = 60.0  # seconds for one call: all its attempts and waits
@@ -133,7 +133,8 @@ def classify(e: BaseException, what: str, endpoint: str) -> Exception:
             return ServiceError(f"{what}: no S3 credentials found ({short(x)})",
                                 "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or an instance role)")
         if error_code(x) in AUTH_CODES:
-            return ServiceError(f"{what}: the object store at {endpoint} refused the request ({error_code(x)}: {short(x)})",
+            said = (getattr(x, "response", None) or {}).get("Error", {}).get("Message") or short(x)
+            return ServiceError(f"{what}: the object store at {endpoint} refused the request ({error_code(x)}: {said})",
                                 "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or the profile/role) and the "
                                 "bucket's permissions for this endpoint (PREPLINE_S3_ENDPOINT)")
     return e  # type: ignore[return-value]

@@ -137,6 +137,10 @@ class Transform:
 
     def check_schema(self, schema: pa.Schema, where: str) -> None:
         """Check one file's schema before reading its data. Extend for transform-specific rules."""
+        dups = sorted({n for n in schema.names if schema.names.count(n) > 1})
+        if dups:
+            raise InputError(f"{where}: column name(s) {', '.join(dups)} appear more than once",
+                             "give every column its own name (Parquet allows repeats; prepline needs unique names)")
         for col in self.input_columns():
             col.check(schema, where, _param_for(self.config, col.name))
         for name in self.added_columns():

@@ -16,8 +16,9 @@ from typing import Any, Callable, Protocol
 log = logging.getLogger("prepline")
 
 OnResult = Callable[[Any, dict], bool]
-#: result kinds worth running the task again for (tasks are idempotent)
-RETRIED = ("worker_lost", "transient")
+#: result kinds worth running the task again for (tasks are idempotent). Not "transient": a storage
+#: call already retried within its own budget (prepline.retry), and retrying the task would multiply it
+RETRIED = ("worker_lost",)
 
 
 class WorkerLost(Exception):
@@ -51,12 +52,11 @@ def task_label(task: Any) -> str:
     return str(getattr(task, "path", None) or (f"shard {task:05d}" if isinstance(task, int) else task))
 
 
-def dispatch(backend: Backend, tasks: list, on_result: OnResult, retries: int = 2) -> bool:
+def dispatch(backend: Backend, tasks: list, on_result: OnResult, retries: int = 2, stats: dict | None = None) -> bool:
     """Run ``tasks`` on ``backend``; call ``on_result(task, result)`` for each, in completion order.
 
-    A task whose worker died, or that met a transient fault (an object store that did not answer
-    within its own retry budget), runs again, at most ``retries`` times. Returns False as soon as
-    ``on_result`` does (the tasks still running are cancelled).
+    A task whose worker died runs again, at most ``retries`` times. Returns False as soon as
+    ``on_result`` does (the tasks still running are cancelled). ``stats["retried"]`` counts the reruns.
     """
     pending = list(range(len(tasks)))[::-1]  # indices: tasks need not be hashable
     tries = [0] * len(tasks)
@@ -77,6 +77,8 @@ def dispatch(backend: Backend, tasks: list, on_result: OnResult, retries: int = 
             if r.get("kind") in RETRIED:
                 tries[i] += 1
                 if tries[i] <= retries:
+                    if stats is not None:
+                        stats["retried"] = stats.get("retried", 0) + 1
                     log.warning("%s; running it again (%d of %d retries)", r["error"], tries[i], retries)
                     pending.append(i)
                     continue

@@ -123,6 +123,7 @@ class LocalExecutor:
     def __init__(self, workers: int = 0, task_retries: int = 2):
         self.workers = workers or os.cpu_count() or 1
         self.task_retries = task_retries
+        self.stats: dict = {"retried": 0}
         self._pool: ProcessPoolExecutor | None = None
         self._pool_generation = 0
 
@@ -136,7 +137,7 @@ class LocalExecutor:
 
     def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult) -> bool:
         backend = _Inline(spec) if self.workers <= 1 or len(tasks) <= 1 else _Pool(self, spec)
-        return dispatch(backend, tasks, on_result, self.task_retries)
+        return dispatch(backend, tasks, on_result, self.task_retries, self.stats)
 
     def abort(self) -> None:
         if self._pool is not None:

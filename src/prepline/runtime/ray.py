@@ -29,6 +29,7 @@ class RayExecutor:
         self._started = False
         self.cpus_per_worker = cpus_per_worker
         self.task_retries = task_retries
+        self.stats: dict = {"retried": 0}
         if not ray.is_initialized():
             if address is None and not os.environ.get("RAY_ADDRESS"):
                 # a private local Ray: every listener on loopback, modest object store
@@ -54,7 +55,7 @@ class RayExecutor:
         return self._actor_cls.options(num_cpus=self.cpus_per_worker).remote()
 
     def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult) -> bool:
-        return dispatch(_Actors(self, spec, min(self.workers, len(tasks))), tasks, on_result, self.task_retries)
+        return dispatch(_Actors(self, spec, min(self.workers, len(tasks))), tasks, on_result, self.task_retries, self.stats)
 
     def abort(self) -> None:
         self.close()
