@@ -153,7 +153,7 @@ def s3_gone(env: Env, row: Row) -> Row:
     clear_error(row, r, 5, "did not answer")
     row.check(secs <= 2 * S3_WORST_CASE + 5, f"{secs:.0f}s to the error")
     row.seconds = secs
-    return row.done(f"exit 5 after {secs:.0f}s: {first_error(r)[:80]}; rerun identical")
+    return row.done(f"exit 5 after {secs:.0f}s: {first_error(r)}; rerun identical")
 
 
 @case("s3_frozen", "the S3 server freezes mid-run: connections accepted, nothing answered (finding 7: no error after 410 s)",
@@ -163,7 +163,7 @@ def s3_frozen(env: Env, row: Row) -> Row:
     clear_error(row, r, 5, "did not answer")
     row.check(secs <= 2 * S3_WORST_CASE + 5, f"{secs:.0f}s to the error")
     row.seconds = secs
-    return row.done(f"exit 5 after {secs:.0f}s: {first_error(r)[:80]}; rerun identical")
+    return row.done(f"exit 5 after {secs:.0f}s: {first_error(r)}; rerun identical")
 
 
 @case("s3_dead_port", "PREPLINE_S3_ENDPOINT names a port nobody listens on (finding 10)",
@@ -179,7 +179,7 @@ def s3_dead_port(env: Env, row: Row) -> Row:
     clear_error(row, r, 5, f"127.0.0.1:{port}")
     row.check(r.seconds <= S3_WORST_CASE + 5, f"took {r.seconds:.0f}s")
     row.seconds = r.seconds
-    return row.done(f"exit 5: {first_error(r)[:90]}")
+    return row.done(f"exit 5: {first_error(r)}")
 
 
 @case("s3_credentials_refused", "the store refuses the credentials: 403 InvalidAccessKeyId (unknown key; a wrong secret "
@@ -189,7 +189,7 @@ def s3_credentials_refused(env: Env, row: Row) -> Row:
     clear_error(row, r, 5, "InvalidAccessKeyId", "AWS_SECRET_ACCESS_KEY")
     row.check(r.seconds < 20, f"took {r.seconds:.0f}s")
     row.seconds = r.seconds
-    return row.done(f"exit 5: {first_error(r)[:90]}")
+    return row.done(f"exit 5: {first_error(r)}")
 
 
 @case("s3_no_credentials", "no S3 credentials anywhere (no AWS_* variables, no files, no instance role) (finding 10)",
@@ -201,7 +201,7 @@ def s3_no_credentials(env: Env, row: Row) -> Row:
                 extra=extra, drop=("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"))
     clear_error(row, r, 5, "no S3 credentials")
     row.seconds = r.seconds
-    return row.done(f"exit 5: {first_error(r)[:90]}")
+    return row.done(f"exit 5: {first_error(r)}")
 
 
 @case("race_s3", "two exact_dedup runs (num_shards 8 / 4) started at once on one S3 output (finding 1 on S3)",

@@ -279,9 +279,16 @@ def clear_error(row: Row, r: Result, code: int, *needles: str) -> None:
         row.check(n.lower() in r.err.lower(), f"stderr does not say {n!r}: {r.err[-600:]}")
 
 
-def first_error(r: Result) -> str:
+def first_error(r: Result, width: int = 120) -> str:
+    """The error line, with the suite's temporary paths, buckets and ports shortened (for the table)."""
+    import re
+
     lines = [ln for ln in r.err.splitlines() if ln.startswith("error:")]
-    return lines[-1][len("error: "):][:110] if lines else ""
+    text = lines[-1][len("error: "):] if lines else ""
+    text = re.sub(r"/\S*/([\w.=-]+)", r"…/\1", text)
+    text = re.sub(r"s3://f-[0-9a-f]+/", "s3://…/", text)
+    text = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:…", text)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def meta(out: Path) -> dict:
