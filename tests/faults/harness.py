@@ -285,7 +285,7 @@ def first_error(r: Result, width: int = 120) -> str:
 
     lines = [ln for ln in r.err.splitlines() if ln.startswith("error:")]
     text = lines[-1][len("error: "):] if lines else ""
-    text = re.sub(r"/\S*/([\w.=-]+)", r"…/\1", text)
+    text = re.sub(r"(?<![:/\w])/[^\s:]*/([\w.=-]+)", r"…/\1", text)
     text = re.sub(r"s3://f-[0-9a-f]+/", "s3://…/", text)
     text = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:…", text)
     return text if len(text) <= width else text[: width - 1] + "…"
