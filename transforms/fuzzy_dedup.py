@@ -34,7 +34,6 @@ anything (exact_dedup handles them) and are counted as ``counters.empty_docs``.
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass
 
@@ -156,14 +155,7 @@ def _write_sharded(loc, rel: str, table: pa.Table, shard: np.ndarray) -> int:
 
 def _open_ipc(loc, f):
     """An IPC file reader with random access to its batches (no whole-file read)."""
-    from prepline.data_access import LocalLocation
-
-    if isinstance(loc, LocalLocation):
-        return ipc.open_file(pa.memory_map(loc.path(f.rel)))
-    from prepline.data_access import _S3RangeFile
-
-    raw = _S3RangeFile(loc.client, loc.bucket, loc.key(f.rel), f.size)
-    return ipc.open_file(pa.PythonFile(io.BufferedReader(raw, 1 << 20), mode="r"))
+    return ipc.open_file(loc.open_input(f.rel, f.size))
 
 
 def _read_shard_all(loc, prefix: str, shard: int) -> pa.Table | None:

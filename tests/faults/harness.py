@@ -26,10 +26,12 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
-#: a small retry budget for the S3 cases, so that a fault that outlasts it ends in seconds
-S3_BUDGET = {"PREPLINE_S3_CONNECT_TIMEOUT": "1", "PREPLINE_S3_READ_TIMEOUT": "2", "PREPLINE_S3_MAX_ATTEMPTS": "4",
-             "PREPLINE_S3_RETRY_SECONDS": "6"}
-S3_WORST_CASE = 6 + 1 + 2  # budget + one last attempt (prepline.retry.RetryPolicy.worst_case)
+#: a small retry budget for the S3 cases (docs/storage.md), so that a fault that outlasts it ends in seconds
+S3_BUDGET = {"PREPLINE_S3_CONNECT_TIMEOUT": "1", "PREPLINE_S3_READ_TIMEOUT": "2", "PREPLINE_S3_MAX_ATTEMPTS": "3",
+             "PREPLINE_S3_CALL_RETRIES": "2"}
+#: the longest one call can take with it: CALL_RETRIES x (MAX_ATTEMPTS x (connect + read timeout) + botocore's
+#: backoff, at most 1 + 2 s) (docs/reliability.md)
+S3_WORST_CASE = 2 * (3 * (1 + 2) + 3)
 
 
 @dataclass

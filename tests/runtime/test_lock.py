@@ -47,12 +47,13 @@ def test_s3_lease_second_run_refuses_then_takes_over_a_stale_one(s3_bucket):
     loc = open_location(f"s3://{s3_bucket}/out")
     a = output_lock(loc).acquire()
     assert isinstance(a, S3Lease)
+    c = a.c
     with pytest.raises(OutputLocked, match="being written by"):
         output_lock(loc).acquire()
     a.release()
     assert loc.read_text(LOCK) is None
     # a lease whose owner process is gone on this host is stale at once
-    stale = S3Lease(loc.client, s3_bucket, loc.key(LOCK), loc.uri)
+    stale = S3Lease(c, s3_bucket, loc.key(LOCK), loc.uri)
     stale.info["pid"] = 2**22 + 12345  # no such process
     stale.acquire()
     stale._stop.set()  # it "dies": no renewal, no release
@@ -64,10 +65,12 @@ def test_s3_lease_second_run_refuses_then_takes_over_a_stale_one(s3_bucket):
 
 @pytest.mark.s3
 def test_s3_lease_taken_over_is_noticed_by_its_holder(s3_bucket):
+    from prepline.objstore import s3_client
+
     loc = open_location(f"s3://{s3_bucket}/out")
-    a = S3Lease(loc.client, s3_bucket, loc.key(LOCK), loc.uri, ttl=0.4)
+    a = S3Lease(s3_client(), s3_bucket, loc.key(LOCK), loc.uri, ttl=0.4)
     a.acquire()
-    loc.client.put_object(Bucket=s3_bucket, Key=loc.key(LOCK), Body=b'{"owner": "someone else"}')
+    a.c.put_object(Bucket=s3_bucket, Key=loc.key(LOCK), Body=b'{"owner": "someone else"}')
     deadline = time.time() + 5
     while a.lost is None and time.time() < deadline:
         time.sleep(0.05)

@@ -24,7 +24,7 @@ import time
 import uuid
 from typing import Any
 
-from prepline.errors import OutputError, OutputLocked
+from prepline.errors import ConfigError, OutputError, OutputLocked
 
 log = logging.getLogger("prepline")
 
@@ -134,24 +134,31 @@ def _read_info(fd: int) -> dict | None:
 class S3Lease(OutputLock):
     """A lease object on S3 (conditional writes); see the module's docstring."""
 
-    def __init__(self, client: Any, bucket: str, key: str, uri: str, ttl: float = LEASE_TTL):
-        self.c, self.bucket, self.key, self.uri, self.ttl = client, bucket, key, uri, ttl
+    def __init__(self, client: Any, bucket: str, key: str, uri: str, ttl: float = LEASE_TTL, loc: Any = None):
+        self.c, self.bucket, self.key, self.uri, self.ttl, self.loc = client, bucket, key, uri, ttl, loc
         self.info = _holder()
         self.etag: str | None = None
         self.lost: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    # -- S3 calls (each under the retry budget) ------------------------------------------------
+    # -- S3 calls (botocore's timeouts and retries, errors as the storage layer names them) ----------
     def _call(self, fn):
-        from prepline import retry
-
         try:
-            return retry.call(fn, f"{self.uri} (lock)", self.c.meta.endpoint_url)
+            return fn()
         except Exception as e:
-            if retry.error_code(e) == "NoSuchBucket":
+            if _status(e) in (409, 412):  # a refused condition: the caller decides
+                raise
+            if _code(e) == "NoSuchBucket":
                 raise OutputError(f"bucket '{self.bucket}' of output {self.uri} does not exist", "create it or fix the --output URI") from None
-            raise
+            if self.loc is None:
+                raise
+            from prepline.objstore import translate
+
+            new = translate(e, f"locking {self.uri}", self.loc)
+            if new is e:
+                raise
+            raise new from e
 
     def _put(self, **cond) -> str:
         body = json.dumps({**self.info, "renewed": time.time(), "ttl": self.ttl}).encode()
@@ -269,13 +276,22 @@ class S3Lease(OutputLock):
 
 
 def _status(e: Any) -> int:
-    return int(getattr(e, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    return int((getattr(e, "response", None) or {}).get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+
+
+def _code(e: Any) -> str:
+    return str((getattr(e, "response", None) or {}).get("Error", {}).get("Code") or "")
 
 
 def output_lock(out: Any) -> OutputLock:
     """The lock of a :class:`~prepline.data_access.Location` (local folder or S3 prefix)."""
-    from prepline.data_access import S3Location
+    from prepline.data_access import LocalLocation, S3Location
 
     if isinstance(out, S3Location):
-        return S3Lease(out.client, out.bucket, out.key(LOCK), out.uri)
-    return LocalLock(out.path())
+        from prepline.objstore import s3_client
+
+        return S3Lease(s3_client(), out.bucket, out.key(LOCK), out.uri, loc=out)
+    if isinstance(out, LocalLocation):
+        return LocalLock(out.path())
+    raise ConfigError(f"output {out.uri}: prepline writes to local folders and s3:// only (one writer per output needs a lock "
+                      "there)", "write to a local folder or an s3:// prefix")
