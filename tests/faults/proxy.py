@@ -138,7 +138,7 @@ class FaultProxy:
                     return _reset(c)
                 fault = self._take(f"{method} {path}")
                 if fault and fault.kind in ERRORS:
-                    c.sendall(_error_answer(*ERRORS[fault.kind]))
+                    c.sendall(_error_answer(*ERRORS[fault.kind], head_only=method == "HEAD"))
                     continue
                 if fault and fault.kind == "reset":
                     return _reset(c)
@@ -239,12 +239,13 @@ def _read_message(r: _Reader, request: bool, method: str = "") -> tuple[bytes | 
     return head, (b"" if request else r.rest())
 
 
-def _error_answer(status: int, code: str, message: str) -> bytes:
+def _error_answer(status: int, code: str, message: str, head_only: bool = False) -> bytes:
+    """S3's error answer; to a HEAD request the headers only (RFC 9110: no body), as S3 does."""
     body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message>'
             f"<RequestId>fault-proxy</RequestId></Error>").encode()
     reason = {500: "Internal Server Error", 503: "Service Unavailable", 403: "Forbidden"}[status]
     return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\nContent-Length: {len(body)}\r\n"
-            f"x-amz-request-id: fault-proxy\r\n\r\n").encode() + body
+            f"x-amz-request-id: fault-proxy\r\n\r\n").encode() + (b"" if head_only else body)
 
 
 def _reset(s: socket.socket) -> None:
