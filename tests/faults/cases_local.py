@@ -16,6 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from conftest import children
+
 from faults.harness import (Env, Row, account, case, clear_error, first_error, fresh, markers, meta, tagged_processes,
                             wait_for)
 
@@ -47,21 +49,9 @@ def race_local(env: Env, row: Row) -> Row:
 
 
 # -- finding 8 / worker loss ---------------------------------------------------------------------------
-def _children_of(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(d.name))
-            except (OSError, IndexError, ValueError):
-                pass
-    return out
-
-
 def _kill_a_pool_worker(parent: int, stop: threading.Event, killed: list) -> None:
     while not stop.is_set():
-        for pid in _children_of(parent):
+        for pid in children(parent):
             try:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
@@ -145,8 +135,9 @@ def killed_in_cleanup(env: Env, row: Row) -> Row:
     shutil.copytree(env.reference("doc_id", src=env.raw), out)
     (out / "_prepline" / "work" / "keys").mkdir(parents=True)  # what the kill left: work files, no run.json
     (out / "_prepline" / "work" / "keys" / "part.parquet").write_bytes(os.urandom(1 << 20))
+    before = meta(out)["ended"]
     r = env.cli(RUN + ["doc_id", "--input", str(env.raw), "--output", str(out), "--workers", "1"] + QUIET)
-    row.check(r.rc == 0 and "already complete" in r.out, f"exit {r.rc}: {r.out[-300:]} {r.err[-300:]}")
+    row.check(r.rc == 0 and meta(out)["ended"] == before, f"exit {r.rc} (it ran again?): {r.err[-300:]}")
     row.check(not (out / "_prepline").exists(), "the leftover work folder is still there")
     row.lost = row.duplicated = 0
     row.seconds = r.seconds

@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+from conftest import descends_from
 from faults.harness import ROOT, Env, Row, account, case, markers, meta, wait_for
 
 RAY = ("ray",)
@@ -25,7 +26,7 @@ def _kill_actor_in(out: Path, phase: str, stop: threading.Event, killed: list) -
         return
     for d in Path("/proc").iterdir():
         try:
-            if d.name.isdigit() and (d / "cmdline").read_bytes().startswith(b"ray::_RayWorker"):
+            if d.name.isdigit() and (d / "cmdline").read_bytes().startswith(b"ray::_RayWorker") and descends_from(int(d.name), os.getpid()):
                 os.kill(int(d.name), signal.SIGKILL)
                 killed.append(int(d.name))
                 return

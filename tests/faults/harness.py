@@ -179,21 +179,9 @@ class Env:
     # -- S3 ----------------------------------------------------------------------------------------
     def s3(self) -> str:
         if self._s3 is None:
-            import socket
+            from conftest import start_moto
 
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            self._moto = subprocess.Popen([str(Path(PY).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            deadline = time.time() + 30
-            while time.time() < deadline:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                    break
-                except OSError:
-                    time.sleep(0.2)
-            self._s3 = f"http://127.0.0.1:{port}"
+            self._moto, self._s3 = start_moto()
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
         os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")

@@ -76,12 +76,14 @@ class LocalLock(OutputLock):
         self.uri = folder
         self.path = os.path.join(folder, *LOCK.split("/"))
         self._fd: int | None = None
+        self._made = False
 
     def acquire(self) -> "LocalLock":
         import fcntl
 
         if os.path.lexists(self.folder) and not os.path.isdir(self.folder):
             raise OutputError(f"output {self.folder} is a file, not a folder", "choose a folder for --output (or move the file away)")
+        self._made = not os.path.lexists(self.folder)  # a run that fails before writing leaves no folder behind
         for _ in range(100):
             try:
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -118,10 +120,11 @@ class LocalLock(OutputLock):
             pass
         os.close(self._fd)
         self._fd = None
-        try:
-            os.rmdir(os.path.dirname(self.path))  # _prepline/, when nothing else is left in it
-        except OSError:
-            pass
+        for d in [os.path.dirname(self.path)] + ([self.folder] if self._made else []):
+            try:
+                os.rmdir(d)  # _prepline/ (and the output folder this run made), when nothing else is in it
+            except OSError:
+                break
 
 
 def _read_info(fd: int) -> dict | None:
