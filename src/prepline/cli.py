@@ -11,9 +11,7 @@ from typing import Any
 
 from prepline import __version__, registry
 from prepline.config import ParamInfo
-from prepline.errors import ConfigError, PreplineError, RunFailed
-
-EXIT_USAGE, EXIT_FAILED = 2, 1
+from prepline.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, PreplineError, RunFailed, Terminated, exit_code, user_message
 
 
 def _console(stderr: bool = False):
@@ -51,13 +49,34 @@ def _run_parser(transform: str | None) -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=0, help="parallel workers (default 0: one per CPU)")
     p.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs each Ray worker reserves (default 1)")
     p.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
-    p.add_argument("--max-failed-files", type=int, default=0, help="files allowed to fail; they are listed in metadata.json (default 0)")
+    p.add_argument("--max-failed-files", type=int, default=0,
+                   help="bad input files allowed to fail; they are listed (with their documents) in metadata.json (default 0)")
+    p.add_argument("--task-retries", type=int, default=2,
+                   help="times a task runs again when its worker process or Ray actor dies (default 2)")
     p.add_argument("--overwrite", action="store_true", help="delete what is in --output first (default: resume or refuse)")
     p.add_argument("--params", default=None, help="transform parameters as a JSON object (flags win)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     if transform:
         _add_param_options(p, registry.get(transform).Config.params())
     return p
+
+
+def parse_json(name: str, text: str, like: Any, example: str = '{"num_shards": 8}') -> Any:
+    """A JSON option of the type of ``like``, or a ConfigError saying where the JSON breaks.
+    NaN and Infinity are not JSON (Python's parser takes them): refused."""
+    def no_constant(c: str):
+        raise ValueError(f"{c} is not a JSON number")
+
+    fix = f"pass {name} as a JSON {type(like).__name__}, e.g. {example}"
+    try:
+        v = json.loads(text, parse_constant=no_constant)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{name} is not valid JSON ({e.msg} at char {e.pos}): {text[:200]!r}", fix) from None
+    except ValueError as e:
+        raise ConfigError(f"{name}: {e}", "pass finite numbers") from None
+    if not isinstance(v, type(like)):
+        raise ConfigError(f"{name} must be a JSON {type(like).__name__}, got {type(v).__name__}", fix)
+    return v
 
 
 def cmd_run(argv: list[str]) -> int:
@@ -70,9 +89,7 @@ def cmd_run(argv: list[str]) -> int:
     name, rest = argv[0], argv[1:]
     cls = registry.get(name)
     args = _run_parser(name).parse_args(rest)
-    params: dict[str, Any] = json.loads(args.params) if args.params else {}
-    if not isinstance(params, dict):
-        raise ConfigError("--params must be a JSON object", '--params \'{"num_shards": 8}\'')
+    params: dict[str, Any] = parse_json("--params", args.params, {}) if args.params else {}
     for p in cls.Config.params():
         v = getattr(args, p.name, None)
         if v is not None:
@@ -87,6 +104,7 @@ def cmd_run(argv: list[str]) -> int:
         cpus_per_worker=args.cpus_per_worker,
         ray_address=args.ray_address,
         max_failed_files=args.max_failed_files,
+        task_retries=args.task_retries,
         overwrite=args.overwrite,
         progress=not args.no_progress,
     )
@@ -473,14 +491,18 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format="[prepline] %(message)s", stream=sys.stderr)
+    debug = "--debug" in argv
+    if debug:
+        argv.remove("--debug")
+    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format="[prepline] %(message)s", stream=sys.stderr)
     # a connection error is reported once, with its fix: not also as urllib3's retry warnings
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     if not argv or argv[0] in ("-h", "--help"):
         print(f"prepline {__version__}: LLM pre-training data preparation on Ray and Kubeflow Pipelines\n")
-        print("usage: prepline <command> [options]   (prepline <command> --help for more)\n\ncommands:")
+        print("usage: prepline [--debug] <command> [options]   (prepline <command> --help for more)\n\ncommands:")
         for name, (_, helptext) in COMMANDS.items():
             print(f"  {name:<10} {helptext}")
+        print("\n--debug: show the Python traceback of an error (exit codes: docs/reliability.md)")
         return 0 if argv else EXIT_USAGE
     if argv[0] == "--version":
         print(__version__)
@@ -489,17 +511,32 @@ def main(argv: list[str] | None = None) -> int:
     if cmd is None:
         print(f"error: unknown command '{argv[0]}'\n  fix: one of {', '.join(COMMANDS)}", file=sys.stderr)
         return EXIT_USAGE
+    return run_command(cmd[0], argv[1:], debug)
+
+
+def run_command(fn, argv: list[str], debug: bool = False) -> int:
+    """Run one command under the failure contract: an error prints ``error:`` and ``fix:`` (with the
+    traceback only under --debug) and maps to its exit code (prepline.errors); SIGTERM stops the run
+    like Ctrl-C does, so that it records what happened."""
+    import signal
+    import threading
+
+    def on_term(signum, frame):
+        raise Terminated("terminated (SIGTERM)", "rerun the same command to resume")
+
+    old = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() else None
     try:
-        return cmd[0](argv[1:])
-    except ConfigError as e:
-        print(f"error: {e.message}" + (f"\n  fix: {e.fix}" if e.fix else ""), file=sys.stderr)
-        return EXIT_USAGE
-    except PreplineError as e:
-        print(f"error: {e.message}" + (f"\n  fix: {e.fix}" if e.fix else ""), file=sys.stderr)
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        print("interrupted: rerun the same command to resume", file=sys.stderr)
-        return 130
+        return fn(argv)
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - the one place errors meet the user
+        if debug:
+            import traceback
+
+            traceback.print_exception(e, file=sys.stderr)
+        print(user_message(e), file=sys.stderr, flush=True)
+        return exit_code(e)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
 
 
 if __name__ == "__main__":

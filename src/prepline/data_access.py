@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from prepline.errors import ConfigError
 from prepline.location import (
+    PARQUET_READ_OPTIONS,
     PARQUET_WRITE_OPTIONS,
     FileInfo,
     Location,
@@ -127,7 +128,7 @@ class LocalLocation(Location):
         return pa.memory_map(self.path(rel))
 
     def parquet_file(self, rel: str, size: int | None = None) -> pq.ParquetFile:
-        return pq.ParquetFile(self.path(rel), memory_map=True)
+        return pq.ParquetFile(self.path(rel), memory_map=True, **PARQUET_READ_OPTIONS)
 
     def file_size(self, rel: str = "") -> int | None:
         p = self.path(rel)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from prepline import registry, s3_credentials, stage_params, stages
-from prepline.errors import ConfigError, PreplineError
+from prepline.errors import ConfigError, PreplineError, exit_code
 from prepline.gentree import sync_tree, write_files
 from prepline.images import DEFAULT as DEFAULT_IMAGES
 from prepline.images import ImageSet
@@ -221,7 +221,7 @@ def _cli(argv: list[str] | None = None) -> int:
         )
     except PreplineError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return exit_code(e)
     for path, value in ((a.stage_dir_file, meta["output_path"]), (a.docs_written_file, str(int(meta["totals"]["docs_out"])))):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from prepline.errors import ConfigError, PreplineError, RunFailed
+from prepline.errors import EXIT_CANCELED, EXIT_FAILED, EXIT_OK, EXIT_SERVICE, EXIT_TIMEOUT, EXIT_USAGE, ConfigError, PreplineError, RunFailed
+from prepline.errors import ServiceError, TimedOut, exit_code
 
 log = logging.getLogger("prepline")
 
@@ -47,7 +48,8 @@ ENV_TOKEN_FILE = "KF_PIPELINES_SA_TOKEN_PATH"
 SA_TOKEN_PATH = "/var/run/secrets/kubeflow/pipelines/token"
 IN_CLUSTER_HOST = "http://ml-pipeline.kubeflow.svc.cluster.local:8888"
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELED, EXIT_TIMEOUT, EXIT_API = 0, 1, 2, 3, 4, 5
+#: exit codes: the one mapping of prepline.errors (EXIT_API is its EXIT_SERVICE)
+EXIT_API = EXIT_SERVICE
 
 #: terminal run states and the exit code each maps to; CANCELING counts as canceled (it can stay
 #: there for a long time on a real cluster, and the outcome is decided)
@@ -60,7 +62,7 @@ _TRANSIENT_STATUS = {0, 502, 503, 504}
 # errors
 
 
-class KfpError(PreplineError):
+class KfpError(ServiceError):
     """The KFP server could not be used for a request (refused, unknown id, server error)."""
 
     def __init__(self, message: str, fix: str | None = None, status: int = 0):
@@ -80,7 +82,7 @@ class KfpNotFound(KfpError):
     """An unknown pipeline, version, experiment or run."""
 
 
-class KfpTimeout(PreplineError):
+class KfpTimeout(TimedOut):
     """A wait ran out of time; the run goes on."""
 
 
@@ -1048,7 +1050,7 @@ def main(argv: list[str]) -> int:
     try:
         return _dispatch(a, out)
     except PreplineError as e:
-        code = EXIT_USAGE if isinstance(e, ConfigError) else EXIT_FAILED if isinstance(e, RunFailed) else EXIT_API
+        code = exit_code(e)
         kind = type(e).__name__
         if out.json:
             print(json.dumps({"error": e.message, "fix": e.fix, "kind": kind, "exit_code": code}, indent=2))

@@ -133,3 +133,36 @@ def args_doc(names: list[str], descriptions: dict[str, str] | None = None) -> st
     """The ``Args:`` section of a docstring (KFP turns it into the parameters' descriptions)."""
     descriptions = descriptions or {}
     return "Args:\n" + "".join(f"    {n}: {descriptions.get(n, PARAMS[n].help)}\n" for n in names)
+
+
+def check_overrides(overrides_json: str) -> dict:
+    """Check ``overrides_json`` whole: every stage it names exists and every stage's parameters are
+    valid (types, ranges, names). The first step of a pipeline calls it, so a typo in the last
+    stage's parameters fails in seconds, not after the stages before it ran. Returns the overrides."""
+    import json
+
+    from prepline import registry
+    from prepline.errors import ConfigError
+
+    example = '{"filter": {"params": {"criteria": ["..."]}, "cluster": {"workers": {"replicas": 4}}}}'
+    if overrides_json in ("", None):
+        return {}
+    try:
+        o = json.loads(overrides_json, parse_constant=lambda c: float("nan"))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"overrides_json is not valid JSON ({e.msg} at char {e.pos}): {overrides_json[:200]!r}", f"e.g. {example}") from None
+    if not isinstance(o, dict):
+        raise ConfigError(f"overrides_json must be a JSON object of stages, got {type(o).__name__}", f"e.g. {example}")
+    for stage, s in o.items():
+        if stage not in registry.names():
+            raise ConfigError(f"overrides_json names stage '{stage}', which does not exist",
+                              f"stages: {', '.join(registry.names())}")
+        if not isinstance(s, dict) or set(s) - {"params", "cluster"}:
+            raise ConfigError(f"overrides_json[{stage!r}] must be an object with 'params' and/or 'cluster'", f"e.g. {example}")
+        if not isinstance(s.get("params", {}), dict) or not isinstance(s.get("cluster", {}), dict):
+            raise ConfigError(f"overrides_json[{stage!r}]: 'params' and 'cluster' must be JSON objects", f"e.g. {example}")
+        try:
+            registry.get(stage).Config.from_params(s.get("params", {}))
+        except ConfigError as e:
+            raise ConfigError(f"overrides_json[{stage!r}]: {e.message}", e.fix) from None
+    return o

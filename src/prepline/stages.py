@@ -17,6 +17,7 @@ import time
 from dataclasses import replace
 
 from prepline import registry
+from prepline.stage_params import check_overrides
 from prepline.clusters import ClusterSpec, NodeGroup, cluster_name, get_provider
 from prepline.clusters.base import LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE
 from prepline.data_access import open_location
@@ -92,6 +93,7 @@ def prepare(
     """
     if not work_root:
         raise ConfigError("work_root is empty", "pass the folder or s3:// URI where stage outputs go")
+    check_overrides(overrides_json)  # every stage's, so that a bad one fails in the first step
     params = {**_json("params_json", params_json, {}), **stage_overrides(overrides_json, stage)[0]}
     cfg = registry.get(transform).Config.from_params(params)  # a bad parameter fails here
     cluster_json = _merged_cluster(cluster_json, overrides_json, stage)

@@ -47,7 +47,7 @@ def test_unfinished_run_with_other_parameters_is_not_mixed(tmp_path, corpus):
     out = tmp_path / "out"
     (out / "_prepline").mkdir(parents=True)
     (out / "_prepline" / "run.json").write_text(json.dumps({"fingerprint": "something-else"}))
-    from prepline.errors import ConfigError
+    from prepline.errors import OutputError
 
-    with pytest.raises(ConfigError, match="unfinished run with other input or parameters"):
+    with pytest.raises(OutputError, match="unfinished run with other input or parameters"):
         run_transform("exact_dedup", {}, RunOptions(str(ids), str(out)))

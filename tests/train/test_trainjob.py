@@ -174,7 +174,7 @@ def test_a_trainjob_trains_with_credentials_from_the_secret(tokens, tmp_path, s3
         assert all(p.poll() is not None for p in k.processes)
         # without the credentials in the secret the trainer cannot read S3: the job fails, the error is in the log
         k.secrets[("default", "prepline-s3")] = {"PREPLINE_S3_ENDPOINT": s3_server}
-        with pytest.raises(TrainJobFailed, match="exited with code 1") as e:
+        with pytest.raises(TrainJobFailed, match="exited with code 5") as e:  # no credentials: a ServiceError (exit 5)
             fine_tune("cluster", f"s3://{s3_bucket}/work", "run-43", ["en"], [], json.dumps(TRAIN),
                       {"kubeconfig": k.kubeconfig(tmp_path), "poll_seconds": 0.2}, s3_secret_name="prepline-s3", timeout=300,
                       out=(log2 := io.StringIO()))

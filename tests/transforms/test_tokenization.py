@@ -386,7 +386,7 @@ def test_text_spelling_the_eos_token_is_not_a_document_boundary(runs, tmp_path):
 def test_only_empty_documents_cannot_train_a_tokenizer(tmp_path):
     src = tmp_path / "in"
     write_parquet(src, "a.parquet", {"contents": ["", ""]})
-    with pytest.raises(RunFailed, match="no text to train a tokenizer on"):
+    with pytest.raises(InputError, match="no text to train a tokenizer on"):  # an internal task: never tolerated
         run(src, tmp_path / "o")
 
 

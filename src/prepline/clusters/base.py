@@ -8,7 +8,7 @@ import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from prepline.errors import ConfigError, PreplineError
+from prepline.errors import ConfigError, ServiceError
 
 #: labels every prepline cluster carries (the sweep finds leftovers by them)
 LABEL_MANAGED = "prepline.dev/managed"
@@ -94,7 +94,7 @@ class JobInfo:
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
 
-class ClusterError(PreplineError):
+class ClusterError(ServiceError):
     """A cluster could not be created, became unhealthy, timed out, or a provider call failed."""
 
 

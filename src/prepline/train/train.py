@@ -39,7 +39,7 @@ import numpy as np
 
 from prepline.config import TransformConfig, param
 from prepline.data_access import Location, open_location
-from prepline.errors import ConfigError, InputError, RunFailed
+from prepline.errors import ConfigError, InputError, RunFailed, exit_code
 
 CHECKPOINTS = "checkpoints"
 MODEL_DIR = "model"
@@ -772,7 +772,7 @@ def main(argv: list[str] | None = None) -> int:
         train(a.input, a.output, params, overwrite=a.overwrite)
     except PreplineError as e:
         print(f"error: {e.message}" + (f"\n  fix: {e.fix}" if e.fix else ""), file=sys.stderr, flush=True)
-        return 1
+        return exit_code(e)
     except KeyboardInterrupt:
         print("error: interrupted (the last checkpoint stays; run again to resume)", file=sys.stderr, flush=True)
         return 130

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any, TextIO
 
-from prepline.errors import ConfigError, PreplineError, RunFailed
+from prepline.errors import ConfigError, PreplineError, RunFailed, ServiceError
 
 log = logging.getLogger("prepline.train")
 
@@ -70,7 +70,7 @@ class TrainJobTimeout(RunFailed):
     """The TrainJob did not finish within the client-side timeout."""
 
 
-class KubernetesError(PreplineError):
+class KubernetesError(ServiceError):
     """A Kubernetes API call failed."""
 
 
