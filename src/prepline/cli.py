@@ -60,6 +60,18 @@ def _run_parser(transform: str | None) -> argparse.ArgumentParser:
     return p
 
 
+def params_from_args(args: argparse.Namespace, config: type) -> dict[str, Any]:
+    """The parameters of ``config`` from ``--params`` JSON and the per-parameter flags (flags win)."""
+    params: dict[str, Any] = json.loads(args.params) if args.params else {}
+    if not isinstance(params, dict):
+        raise ConfigError("--params must be a JSON object", '--params \'{"num_shards": 8}\'')
+    for p in config.params():
+        v = getattr(args, p.name, None)
+        if v is not None:
+            params[p.name] = v
+    return params
+
+
 def cmd_run(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         if argv and argv[0] in ("-h", "--help"):
@@ -70,13 +82,7 @@ def cmd_run(argv: list[str]) -> int:
     name, rest = argv[0], argv[1:]
     cls = registry.get(name)
     args = _run_parser(name).parse_args(rest)
-    params: dict[str, Any] = json.loads(args.params) if args.params else {}
-    if not isinstance(params, dict):
-        raise ConfigError("--params must be a JSON object", '--params \'{"num_shards": 8}\'')
-    for p in cls.Config.params():
-        v = getattr(args, p.name, None)
-        if v is not None:
-            params[p.name] = v
+    params = params_from_args(args, cls.Config)
     from prepline.engine import RunOptions, run_transform
 
     opts = RunOptions(
@@ -444,6 +450,13 @@ def cmd_kfp(argv: list[str]) -> int:
     return kfp_main(argv)
 
 
+def cmd_tokens(argv: list[str]) -> int:
+    """``prepline tokens train-tokenizer|data-path`` (see prepline.tokens.cli)."""
+    from prepline.tokens.cli import main as tokens_main
+
+    return tokens_main(argv)
+
+
 COMMANDS = {
     "run": (cmd_run, "run a transform over a folder of Parquet files"),
     "list": (cmd_list, "list the transforms"),
@@ -452,6 +465,7 @@ COMMANDS = {
     "compile": (cmd_compile, "compile the KFP components and pipelines into compiled/"),
     "clusters": (cmd_clusters, "list or sweep leftover Ray clusters by label and age"),
     "pipeline": (cmd_pipeline, "list pipelines, or run one locally (kfp.local + local Ray)"),
+    "tokens": (cmd_tokens, "train one tokenizer for every branch; print Megatron's --data-path of token outputs"),
     "kfp": (cmd_kfp, "operate a KFP server: upload, run, clone, wait, list, logs (CI-friendly, --json)"),
 }
 
