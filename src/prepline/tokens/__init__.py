@@ -7,7 +7,7 @@
 * :mod:`prepline.tokens.output` - the ``tokens/`` folder of a tokenization output: ``index.json``,
   ``tokenizer.json`` and the dataset, and reading it back;
 * :mod:`prepline.tokens.shared` - one tokenizer trained on a sample of several branches
-  (``prepline tokenizer train``), so every branch of a run encodes with the same vocabulary.
+  (``prepline tokens train-tokenizer``), so every branch of a run encodes with the same vocabulary.
 
 Nothing here imports ``tokenizers`` or torch at import time.
 """

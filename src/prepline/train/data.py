@@ -46,7 +46,7 @@ class TokenData:
             listing = "; ".join(f"{s.uri}: {s.index['tokenizer_source']} ({s.index['tokenizer_sha256'][:12]})" for s in self.sources)
             raise ConfigError(
                 f"the inputs were tokenized with {len(shas)} different tokenizers ({listing}): their token ids do not mean the same",
-                "give every branch the same tokenizer (train one with `prepline tokenizer train` on all branches and pass its "
+                "give every branch the same tokenizer (train one with `prepline tokens train-tokenizer` on all branches and pass its "
                 "tokenizer.json as the tokenization stage's 'tokenizer' parameter), train on one language, or pass "
                 "mixed_tokenizers='separate' (one vocabulary per tokenizer)",
             )
