@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import tree_bytes, write_parquet
+from conftest import kill_when, make_corpus, tree_bytes, write_parquet
 from prepline import registry
 from prepline.engine import RunOptions, run_transform
 from prepline.errors import ConfigError, InputError, RunFailed
@@ -143,6 +143,29 @@ def test_dataset_holds_every_document_then_eos_in_file_order(runs):
     assert firsts[0] == 0 and firsts[1:] == list(np.cumsum([s["documents"] - s["empty_documents"] for s in index["sources"]])[:-1])
     # the tokens/ folder itself works as the path too, and without memory-mapping
     assert np.array_equal(open_tokens(str(root / "tokens"), mmap=False)[1].tokens, ds.tokens)
+
+
+@pytest.mark.slow
+def test_a_run_killed_in_the_final_map_resumes_to_the_same_dataset(tmp_path):
+    """The parts of the files that finished are reused; the merged dataset is byte-identical."""
+    import subprocess
+    import sys
+
+    src = make_corpus(tmp_path / "in", files=30, seed=5)
+    params = json.dumps(PARAMS)
+    ref = tmp_path / "ref"
+    run(src, ref)
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "prepline.cli", "run", "tokenization", "--input", str(src), "--output", str(out),
+            "--params", params, "--no-progress", "--workers", "1"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    killed_at = kill_when(proc, out / "_prepline" / "markers" / "final", 3)
+    assert not (out / "metadata.json").exists() and not (out / "tokens").exists()
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads((out / "metadata.json").read_text())["resumed_files"]) >= killed_at
+    assert tree_bytes(out) == tree_bytes(ref) and tokens_tree(out) == tokens_tree(ref)
+    assert not (out / "_prepline").exists()  # the parts went with the work folder
 
 
 def test_document_stream_puts_eos_after_non_empty_documents():
