@@ -2,9 +2,9 @@
 
 Every document gets a ``num_tokens`` column (``int64``) and, unless ``tokens_column`` is ``''``, a
 ``tokens`` column (``list<int32>``, the ids without any special token). Each worker also writes the
-ids of its file as a Megatron part (``.bin`` + ``.idx``: every non-empty document followed by the
-end-of-document id) into the stage's work folder. After every file succeeded, the driver merges
-the parts in sorted path order into ``<output>/tokens/text_document.bin`` + ``.idx``, with the
+ids of every batch it encodes as a Megatron part (``.bin`` + ``.idx``: every non-empty document
+followed by the end-of-document id) into the stage's work folder. After every file succeeded, the
+driver merges the parts (files in sorted path order, batches in file order) into ``<output>/tokens/text_document.bin`` + ``.idx``, with the
 ``tokenizer.json`` used and an ``index.json`` (:mod:`prepline.tokens.output`). Megatron-LM, NeMo
 and prepline's trainer read it. The format is described in ``docs/transforms/tokenization.md``.
 
@@ -48,7 +48,7 @@ from prepline.config import TransformConfig, param
 from prepline.errors import ConfigError, InputError
 from prepline.registry import register
 from prepline.tokens.indexed import bin_name, document_stream, idx_name, index_bytes, token_dtype
-from prepline.tokens.output import TOKENS_DIR, Source, part_name, write_tokens_dir
+from prepline.tokens.output import TOKENS_DIR, Source, list_parts, part_dir, part_name, write_tokens_dir
 from prepline.tokens.tokenizer import (TOKENIZER_FILE, LoadedTokenizer, build_tokenizer, no_text, prefix_within,
                                        sample_documents, texts_in_batches, train_bpe, vocab_size_of)
 from prepline.transform import Column, FileTask, Output, Phase, Transform
@@ -293,10 +293,13 @@ class Tokenization(Transform):
         c = self.config
         arr = table.column(c.content_column).combine_chunks()
         values, counts, chunked = self._enc.encode(arr)
-        if c.write_tokens:  # this file's part of the Megatron dataset, merged by finish()
+        if c.write_tokens:  # this batch's part of the Megatron dataset, merged by finish()
+            if task.first_row == 0:  # the file's first batch: drop what a killed attempt at it left
+                self._work.delete(part_dir(task.rel))
             stream, lengths = document_stream(values, counts, self._tok.eos_id, self._dtype)
-            self._work.write_bytes(bin_name(part_name(task.rel)), stream.tobytes())
-            self._work.write_bytes(idx_name(part_name(task.rel)), index_bytes(lengths, self._dtype))
+            name = part_name(task.rel, task.first_row)
+            self._work.write_bytes(bin_name(name), stream.tobytes())
+            self._work.write_bytes(idx_name(name), index_bytes(lengths, self._dtype))
         if c.tokens_column:
             if values.size > np.iinfo(np.int32).max:
                 raise InputError(
@@ -318,5 +321,6 @@ class Tokenization(Transform):
         lt = self._load(ctx)
         vocab_size = vocab_size_of(lt.tokenizer)
         final = results.get("final", {})
-        sources = [Source(final[rel]["outputs"][0], part_name(rel), final[rel]["docs_out"]) for rel in sorted(final)]
+        sources = [Source(final[rel]["outputs"][0], list_parts(ctx.work, rel), final[rel]["docs_out"])
+                   for rel in sorted(final) if final[rel]["outputs"]]
         return write_tokens_dir(ctx.work, ctx.output.sub(TOKENS_DIR), sources, lt, token_dtype(vocab_size), vocab_size)

@@ -146,11 +146,12 @@ def test_dataset_holds_every_document_then_eos_in_file_order(runs):
 
 
 @pytest.mark.slow
-def test_a_run_killed_in_the_final_map_resumes_to_the_same_dataset(tmp_path):
+def test_a_run_killed_in_the_final_map_resumes_to_the_same_dataset(tmp_path, monkeypatch):
     """The parts of the files that finished are reused; the merged dataset is byte-identical."""
     import subprocess
     import sys
 
+    monkeypatch.setenv("PREPLINE_BATCH_MB", "0.005")  # several batches (parts) per file: a killed file leaves some
     src = make_corpus(tmp_path / "in", files=30, seed=5)
     params = json.dumps(PARAMS)
     ref = tmp_path / "ref"
@@ -166,6 +167,15 @@ def test_a_run_killed_in_the_final_map_resumes_to_the_same_dataset(tmp_path):
     assert len(json.loads((out / "metadata.json").read_text())["resumed_files"]) >= killed_at
     assert tree_bytes(out) == tree_bytes(ref) and tokens_tree(out) == tokens_tree(ref)
     assert not (out / "_prepline").exists()  # the parts went with the work folder
+
+
+def test_files_read_in_many_batches_give_the_same_dataset(runs, sample, tmp_path, monkeypatch):
+    """The final map reads a file batch by batch; each batch is a part, merged in file order."""
+    monkeypatch.setenv("PREPLINE_BATCH_MB", "0.02")  # ~20 KB batches: several per file
+    m = run(sample, tmp_path / "o", {"tokenizer": str(runs["w1"] / "tokens" / "tokenizer.json")}, workers=2).metadata
+    assert tokens_tree(tmp_path / "o") == tokens_tree(runs["w1"]) | {"index.json": tokens_tree(tmp_path / "o")["index.json"]}
+    assert read_token_index(str(tmp_path / "o"))["sources"] == read_token_index(str(runs["w1"]))["sources"]
+    assert m["totals"]["counters"] == runs["m1"]["totals"]["counters"]
 
 
 def test_document_stream_puts_eos_after_non_empty_documents():

@@ -7,9 +7,9 @@
         tokenizer.json                         the tokenizer that made it
         index.json                             what it holds (format prepline.tokens, version 2)
 
-The stage's workers write one part (a ``.bin`` + ``.idx``) per input file into the stage's work
-folder; :func:`write_tokens_dir` merges the parts in sorted path order into the branch's one
-prefix. Several branches are *not* merged: a training run reads several prefixes (the trainer
+The stage's workers write one part (a ``.bin`` + ``.idx``) per batch of an input file into the
+stage's work folder; :func:`write_tokens_dir` merges the parts (files in sorted path order, batches
+in file order) into the branch's one prefix, streaming the ``.bin`` (memory: one part). Several branches are *not* merged: a training run reads several prefixes (the trainer
 here, Megatron's ``--data-path w1 p1 w2 p2``, NeMo's ``data_prefix``), so no copy of the data is
 made and the mix of languages stays a training-time choice (:func:`megatron_data_path`).
 """
@@ -36,53 +36,58 @@ FORMAT_VERSION = 2
 PARTS_DIR = "tokens"
 
 
-def part_name(rel: str) -> str:
-    """The prefix of the part written for input file ``rel`` (under the work folder)."""
+def part_dir(rel: str) -> str:
+    """The folder of the parts of input file ``rel`` (under the work folder)."""
     return f"{PARTS_DIR}/{rel}"
+
+
+def part_name(rel: str, first_row: int) -> str:
+    """The prefix of the part of input file ``rel`` whose batch starts at row ``first_row``."""
+    return f"{part_dir(rel)}/{first_row:012d}"
+
+
+def list_parts(work: Location, rel: str) -> list[str]:
+    """The parts of input file ``rel``, in file order."""
+    prefix = part_dir(rel)
+    return [f.rel[: -len(".idx")] for f in work.list_all(prefix)
+            if f.rel.startswith(prefix + "/") and f.rel.endswith(".idx") and "/." not in f.rel]
 
 
 @dataclass(frozen=True)
 class Source:
-    """One output Parquet file and the part its documents went into."""
+    """One output Parquet file and the parts its documents went into."""
 
     file: str  # the output file (relative to the stage output)
-    part: str  # the part's prefix in the work folder
+    parts: list[str]  # the parts' prefixes in the work folder, in file order
     documents: int  # documents of the file, empty ones included
 
 
 def write_tokens_dir(work: Location, out: Location, sources: list[Source], lt: LoadedTokenizer, dtype: np.dtype,
                      vocab_size: int) -> dict:
     """Merge the parts of ``sources`` (in this order) into ``out``'s one prefix; write the tokenizer
-    and ``index.json``; return the summary for metadata.json.
-
-    Peak memory is the merged ``.bin`` (the only write the storage layer offers is a whole object).
-    """
-    idxs = [parse_index(work.read_bytes(idx_name(s.part)), work.path(idx_name(s.part))) for s in sources]
-    for s, i in zip(sources, idxs):
-        if i.dtype != dtype:
-            raise InputError(f"{work.path(idx_name(s.part))} holds {i.dtype.name} ids, this run writes {dtype.name}",
-                             "rerun the stage with --overwrite")
-    lengths = np.concatenate([i.lengths for i in idxs]) if idxs else np.zeros(0, np.int32)
-    data = bytearray(int(lengths.sum(dtype=np.int64)) * dtype.itemsize)
-    pos = 0
-    for s, i in zip(sources, idxs):
-        part = work.read_bytes(bin_name(s.part))
-        if len(part) != i.num_tokens * dtype.itemsize:
-            raise InputError(f"{work.path(bin_name(s.part))} has {len(part):,} bytes, its index says "
-                             f"{i.num_tokens * dtype.itemsize:,}", "rerun the stage with --overwrite")
-        data[pos : pos + len(part)] = part
-        pos += len(part)
-    idx = index_bytes(lengths, dtype)
+    and ``index.json``; return the summary for metadata.json. The ``.bin`` is streamed part by part."""
+    idxs = {p: _part_index(work, p, dtype) for s in sources for p in s.parts}
+    lengths = np.concatenate([idxs[p].lengths for p in idxs]) if idxs else np.zeros(0, np.int32)
     out.delete("")  # idempotent: a rerun rewrites everything
-    out.write_bytes(bin_name(PREFIX), data)
+    h = hashlib.sha256()
+    with out.open_output(bin_name(PREFIX)) as f:
+        for p, i in idxs.items():
+            data = work.read_bytes(bin_name(p))
+            if len(data) != i.num_tokens * dtype.itemsize:
+                raise InputError(f"{work.path(bin_name(p))} has {len(data):,} bytes, its index says "
+                                 f"{i.num_tokens * dtype.itemsize:,}", "rerun the stage with --overwrite")
+            f.write(data)
+            h.update(data)
+    idx = index_bytes(lengths, dtype)
     out.write_bytes(idx_name(PREFIX), idx)
     tok_bytes = lt.json_text.encode("utf-8")
     out.write_bytes(TOKENIZER_FILE, tok_bytes)
     listing, first = [], 0
-    for s, i in zip(sources, idxs):
-        listing.append({"file": s.file, "documents": s.documents, "empty_documents": s.documents - i.num_documents,
-                        "first_document": first, "tokens": i.num_tokens})
-        first += i.num_documents
+    for s in sources:
+        docs, tokens = sum(idxs[p].num_documents for p in s.parts), sum(idxs[p].num_tokens for p in s.parts)
+        listing.append({"file": s.file, "documents": s.documents, "empty_documents": s.documents - docs,
+                        "first_document": first, "tokens": tokens})
+        first += docs
     warnings = [] if len(lengths) else ["no document has any token: the dataset is empty"]
     index = {
         "format": FORMAT,
@@ -99,7 +104,7 @@ def write_tokens_dir(work: Location, out: Location, sources: list[Source], lt: L
         "num_documents": int(len(lengths)),
         "empty_documents": sum(r["empty_documents"] for r in listing),
         "num_tokens": int(lengths.sum(dtype=np.int64)),
-        "bin_sha256": hashlib.sha256(data).hexdigest(),
+        "bin_sha256": h.hexdigest(),
         "idx_sha256": hashlib.sha256(idx).hexdigest(),
         "sources": listing,
         "warnings": warnings,
@@ -108,6 +113,14 @@ def write_tokens_dir(work: Location, out: Location, sources: list[Source], lt: L
     return {"tokens_dir": TOKENS_DIR, "prefix": f"{TOKENS_DIR}/{PREFIX}", "documents": index["num_documents"],
             "empty_documents": index["empty_documents"], "tokens": index["num_tokens"], "dtype": dtype.name,
             "vocab_size": vocab_size, "eos_id": lt.eos_id, "warnings": warnings}
+
+
+def _part_index(work: Location, part: str, dtype: np.dtype):
+    i = parse_index(work.read_bytes(idx_name(part)), work.path(idx_name(part)))
+    if i.dtype != dtype:
+        raise InputError(f"{work.path(idx_name(part))} holds {i.dtype.name} ids, this run writes {dtype.name}",
+                         "rerun the stage with --overwrite")
+    return i
 
 
 # ----------------------------------------------------------------------------------------------
