@@ -79,6 +79,16 @@ def parse_json(name: str, text: str, like: Any, example: str = '{"num_shards": 8
     return v
 
 
+def params_from_args(args: argparse.Namespace, config: type) -> dict[str, Any]:
+    """The parameters of ``config`` from ``--params`` JSON and the per-parameter flags (flags win)."""
+    params: dict[str, Any] = parse_json("--params", args.params, {}) if args.params else {}
+    for p in config.params():
+        v = getattr(args, p.name, None)
+        if v is not None:
+            params[p.name] = v
+    return params
+
+
 def cmd_run(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         if argv and argv[0] in ("-h", "--help"):
@@ -89,11 +99,7 @@ def cmd_run(argv: list[str]) -> int:
     name, rest = argv[0], argv[1:]
     cls = registry.get(name)
     args = _run_parser(name).parse_args(rest)
-    params: dict[str, Any] = parse_json("--params", args.params, {}) if args.params else {}
-    for p in cls.Config.params():
-        v = getattr(args, p.name, None)
-        if v is not None:
-            params[p.name] = v
+    params = params_from_args(args, cls.Config)
     from prepline.engine import RunOptions, run_transform
 
     opts = RunOptions(
@@ -477,6 +483,47 @@ def cmd_kfp(argv: list[str]) -> int:
     return kfp_main(argv)
 
 
+def _tokens_train(argv: list[str]) -> int:
+    from prepline.tokens.shared import SharedTokenizerConfig, train_shared_tokenizer
+
+    ap = argparse.ArgumentParser(prog="prepline tokens train-tokenizer",
+                                 description="Train one byte-level BPE on a sample of every input (one folder per branch).")
+    ap.add_argument("--input", action="append", required=True, help="a folder or s3:// URI of Parquet files; repeat per branch")
+    ap.add_argument("--output", required=True, help="folder for tokenizer.json and tokenizer_train.json")
+    ap.add_argument("--params", default=None, help="parameters as a JSON object (flags win)")
+    _add_param_options(ap, SharedTokenizerConfig.params())
+    a = ap.parse_args(argv)
+    record = train_shared_tokenizer(a.input, a.output, params_from_args(a, SharedTokenizerConfig))
+    for r in record["inputs"]:
+        print(f"{r['input']}: {r['docs']:,} docs, {r['chars']:,} chars from {r['files_read']} of {r['files']} files")
+    print(f"tokenizer: {record['vocab_size']:,} ids, trained on {record['train_chars']:,} chars "
+          f"(sha256 {record['tokenizer_sha256'][:12]}) -> {a.output.rstrip('/')}/{record['tokenizer']}")
+    return 0
+
+
+def _tokens_data_path(argv: list[str]) -> int:
+    from prepline.tokens.output import megatron_data_path
+
+    ap = argparse.ArgumentParser(prog="prepline tokens data-path",
+                                 description="Print Megatron-LM's --data-path (token count, prefix, ...) for tokenization outputs.")
+    ap.add_argument("outputs", nargs="+", help="tokenization outputs (or their tokens/ folders)")
+    print(megatron_data_path(ap.parse_args(argv).outputs))
+    return 0
+
+
+_TOKENS = {"train-tokenizer": _tokens_train, "data-path": _tokens_data_path}
+
+
+def cmd_tokens(argv: list[str]) -> int:
+    """``prepline tokens train-tokenizer|data-path``: the run-wide tokenizer; Megatron's --data-path."""
+    if argv and argv[0] in _TOKENS:
+        return _TOKENS[argv[0]](argv[1:])
+    if argv and argv[0] in ("-h", "--help"):
+        print(f"usage: prepline tokens {{{','.join(_TOKENS)}}} ...  (--help on each)")
+        return 0
+    raise ConfigError(f"prepline tokens needs an action ({', '.join(_TOKENS)})", "e.g. prepline tokens train-tokenizer --help")
+
+
 COMMANDS = {
     "run": (cmd_run, "run a transform over a folder of Parquet files"),
     "list": (cmd_list, "list the transforms"),
@@ -485,6 +532,7 @@ COMMANDS = {
     "compile": (cmd_compile, "compile the KFP components and pipelines into compiled/"),
     "clusters": (cmd_clusters, "list or sweep leftover Ray clusters by label and age"),
     "pipeline": (cmd_pipeline, "list pipelines, or run one locally (kfp.local + local Ray)"),
+    "tokens": (cmd_tokens, "train one tokenizer for every branch; print Megatron's --data-path of token outputs"),
     "kfp": (cmd_kfp, "operate a KFP server: upload, run, clone, wait, list, logs (CI-friendly, --json)"),
 }
 

@@ -35,7 +35,7 @@ from prepline.train.trainjob import (
 sys.path.insert(0, str(Path(__file__).parent))
 from fake_k8s import FakeK8s, validate_trainjob  # noqa: E402
 
-TRAIN = {"steps": 3, "batch_size": 4, "threads": 1, "model_dim": 32, "log_every": 1}
+TRAIN = {"steps": 3, "batch_size": 4, "threads": 1, "model_dim": 32, "log_every": 1, "seq_len": 32}
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def tokens(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("tj")
     (root / "src").mkdir()
     pq.write_table(pa.table({"contents": [t for t in texts if t]}), root / "src" / "part-0.parquet")
-    run_transform("tokenization", {"vocab_size": 300, "seq_len": 32, "shard_sequences": 64},
+    run_transform("tokenization", {"vocab_size": 300},
                   RunOptions(input=str(root / "src"), output=str(root / "tokenization"), workers=1, progress=False))
     return root / "tokenization"
 
