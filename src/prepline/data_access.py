@@ -34,9 +34,8 @@ from prepline.location import (
     StorageError,
     TransientStorageError,
     hidden,
-    is_transient,
 )
-from prepline.objstore import SCHEMES, RemoteLocation, S3Location, S3Settings, s3_client
+from prepline.objstore import SCHEMES, RemoteLocation, S3Location, S3Settings, is_transient, s3_client
 
 __all__ = [
     "PARQUET_WRITE_OPTIONS", "FileInfo", "Location", "LocalLocation", "RemoteLocation", "S3Location", "S3Settings",
@@ -68,6 +67,9 @@ class LocalLocation(Location):
 
     def path(self, rel: str = "") -> str:
         return os.path.join(self.root, *rel.split("/")) if rel else self.root
+
+    def at(self, uri: str) -> "LocalLocation":
+        return LocalLocation(uri)
 
     def exists(self) -> bool:
         return os.path.isdir(self.root)

@@ -10,7 +10,7 @@ tell a flaky store from bad input:
 
 - :class:`FileNotFoundError` for a missing file (callers rely on it, e.g. to resume);
 - :class:`TransientStorageError` for what a retry may cure: timeouts, connection resets, 5xx,
-  throttling (:func:`is_transient` says the same of a raw library exception);
+  throttling (:func:`prepline.objstore.is_transient` says the same of a raw library exception);
 - :class:`StorageDenied` (a ``ServiceError``, exit 5) for refused or missing credentials;
 - :class:`StorageError` (an ``InputError``) for everything else: a missing bucket.
 """
@@ -61,13 +61,6 @@ class TransientStorageError(ServiceUnavailable):
         self.cause = cause
 
 
-def is_transient(exc: BaseException) -> bool:
-    """True when ``exc`` (or an exception it was raised from) is one a retry may cure."""
-    from prepline.objstore import transient_cause
-
-    return transient_cause(exc) is not None
-
-
 def hidden(rel: str) -> bool:
     """Files and folders whose name starts with ``_`` or ``.`` are not data (work, temp, truth)."""
     return any(part.startswith(("_", ".")) for part in rel.split("/"))
@@ -113,9 +106,12 @@ class Location:
         raise NotImplementedError
 
     def sub(self, rel: str) -> "Location":
-        from prepline.data_access import open_location
+        """The folder ``rel`` below this one, as a location of the same kind."""
+        return self.at(self.path(rel))
 
-        return open_location(self.path(rel))
+    def at(self, uri: str) -> "Location":
+        """A location of the same kind (and settings) rooted at ``uri``."""
+        raise NotImplementedError
 
     # -- streams ------------------------------------------------------------------------------
     def open_input(self, rel: str, size: int | None = None) -> IO[bytes] | pa.NativeFile:

@@ -177,8 +177,13 @@ def _error_code(e: BaseException) -> tuple[str | None, int | None]:
     return resp.get("Error", {}).get("Code"), resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
 
 
+def is_transient(exc: BaseException) -> bool:
+    """True when ``exc`` (or an exception it was raised from) is one a retry may cure."""
+    return transient_cause(exc) is not None
+
+
 def transient_cause(exc: BaseException) -> BaseException | None:
-    """The exception in ``exc``'s chain that a retry may cure (see :func:`prepline.location.is_transient`)."""
+    """The exception in ``exc``'s chain that a retry may cure (see :func:`is_transient`)."""
     types = _transient_types()
     for e in _chain(exc):
         if isinstance(e, TransientStorageError):
@@ -256,6 +261,9 @@ def _translated(what: str, loc: "RemoteLocation") -> Iterator[None]:
 class RemoteLocation(Location):
     """A prefix on an object store (or the Hugging Face Hub), through one fsspec filesystem."""
 
+    def at(self, uri: str) -> "RemoteLocation":
+        return RemoteLocation(uri, self.scheme)
+
     def __init__(self, uri: str, scheme: str):
         rest = uri[len(scheme) + 3 :]
         bucket, _, prefix = rest.partition("/")
@@ -316,10 +324,8 @@ class RemoteLocation(Location):
         return int(info["size"]) if info.get("type") == "file" else None
 
     def parent_and_name(self) -> tuple[Location, str]:
-        from prepline.data_access import open_location
-
         head, _, name = self.prefix.rpartition("/")
-        return open_location(f"{self.scheme}://{self.bucket}/{head}".rstrip("/")), name
+        return self.at(f"{self.scheme}://{self.bucket}/{head}".rstrip("/")), name
 
     def read_bytes(self, rel: str) -> bytes:
         with _translated(f"reading {self.path(rel)}", self):
@@ -411,6 +417,9 @@ class S3Location(RemoteLocation):
 
     def __init__(self, uri: str):
         super().__init__("s3://" + uri.split("://", 1)[1], "s3")
+
+    def at(self, uri: str) -> "S3Location":
+        return S3Location(uri)
 
     @property
     def client(self):
