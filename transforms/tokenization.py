@@ -51,7 +51,8 @@ from prepline.config import TransformConfig, param
 from prepline.data_access import open_location
 from prepline.errors import ConfigError, InputError
 from prepline.registry import register
-from prepline.transform import Column, FileTask, Output, Phase, Transform
+from prepline.sharded import parquet_files
+from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform
 
 #: where the training-ready output goes, relative to the stage's output folder
 TOKENS_DIR = "tokens"
@@ -553,10 +554,7 @@ class Tokenization(Transform):
 
     # pre-phases (tokenizer='' only) ------------------------------------------------------------
     def phases(self) -> list[Phase]:
-        return [Phase("sample", "files", "sample_file"), Phase("train", "shards", "train_tokenizer")] if self._trained() else []
-
-    def num_shards(self) -> int:
-        return 1 if self._trained() else 0
+        return [Phase("sample", "files", "sample_file"), Phase("train", "once", "train_tokenizer")] if self._trained() else []
 
     def sample_file(self, task: FileTask, ctx) -> dict:
         c = self.config
@@ -571,9 +569,9 @@ class Tokenization(Transform):
         ctx.work.write_parquet(f"train/{task.rel}", pa.table({"text": texts, "chars": pa.array(lens[order[:k]])}))
         return {"docs": int(k), "chars": int(lens[order[:k]].sum())}
 
-    def train_tokenizer(self, shard: int, ctx) -> dict:
+    def train_tokenizer(self, ctx) -> dict:
         c = self.config
-        files = [f.rel for f in ctx.work.list_all("train") if f.rel.endswith(".parquet") and "/." not in f.rel]
+        files = parquet_files(ctx.work, "train")
         sizes = {rel: int(pc.sum(ctx.work.read_parquet(rel, ["chars"]).column("chars")).as_py() or 0) for rel in files}
         total = sum(sizes.values())
         if total == 0:
@@ -601,7 +599,7 @@ class Tokenization(Transform):
         return {"vocab_size": tok.get_vocab_size(with_added_tokens=True), "train_docs": used["docs"], "train_chars": used["chars"], "files": len(files)}
 
     def plan_summary(self, results) -> dict:
-        tr = results.get("train", {}).get("00000")
+        tr = results.get("train", {}).get(ONCE)
         if not tr:
             return {}
         return {"tokenizer": "trained on the input", **{k: tr[k] for k in ("vocab_size", "train_docs", "train_chars")}}

@@ -85,6 +85,11 @@ class Location:
         """Open a Parquet file for reading its footer (schema, row counts) before any data."""
         raise NotImplementedError
 
+    def open_random(self, rel: str, size: int | None = None) -> pa.NativeFile:
+        """A seekable read-only file for random access (e.g. one record batch of an Arrow IPC
+        file): memory-mapped locally, range reads on S3. ``size`` (from a listing) saves a request."""
+        raise NotImplementedError
+
     def read_parquet(self, rel: str, columns: list[str] | None = None) -> pa.Table:
         return self.parquet_file(rel).read(columns=columns)
 
@@ -174,6 +179,9 @@ class LocalLocation(Location):
 
     def parquet_file(self, rel: str) -> pq.ParquetFile:
         return pq.ParquetFile(self.path(rel), memory_map=True)
+
+    def open_random(self, rel: str, size: int | None = None) -> pa.NativeFile:
+        return pa.memory_map(self.path(rel))
 
     def delete(self, rel_prefix: str = "") -> None:
         import shutil
@@ -328,8 +336,18 @@ class S3Location(Location):
 
     def parquet_footer(self, rel: str, size: int) -> pq.ParquetFile:
         """Open with range reads: only the footer is fetched (for schema checks on the driver)."""
+        return pq.ParquetFile(self.open_random(rel, size, buffer_size=64 * 1024))
+
+    def open_random(self, rel: str, size: int | None = None, buffer_size: int = 1 << 20) -> pa.NativeFile:
+        if size is None:
+            try:
+                size = int(self.client.head_object(Bucket=self.bucket, Key=self.key(rel))["ContentLength"])
+            except self.client.exceptions.ClientError as e:
+                if getattr(e, "response", {}).get("Error", {}).get("Code") in ("404", "NoSuchKey"):
+                    raise FileNotFoundError(self.path(rel)) from None
+                raise
         raw = _S3RangeFile(self.client, self.bucket, self.key(rel), size)
-        return pq.ParquetFile(pa.PythonFile(io.BufferedReader(raw, buffer_size=64 * 1024), mode="r"))
+        return pa.PythonFile(io.BufferedReader(raw, buffer_size), mode="r")
 
     def delete(self, rel_prefix: str = "") -> None:
         keys = [o["Key"] for o in self._iter_objects(rel_prefix)]

@@ -104,6 +104,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from prepline.errors import PreplineError
+from prepline.graph import component_roots
 
 __all__ = ["SampleError", "build_sample", "shingle_jaccard", "normalize_for_dedup", "DEFAULT_DOCS"]
 
@@ -304,20 +305,10 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _union_find(n: int, edges: Iterable[tuple[int, int]]) -> list[int]:
-    parent = list(range(n))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in edges:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    return [find(i) for i in range(n)]
+def _group_roots(n: int, edges: Iterable[tuple[int, int]]) -> list[int]:
+    """The smallest member of each text's group of similar texts (itself when alone)."""
+    e = np.array(list(edges), dtype=np.int64).reshape(-1, 2)
+    return component_roots(n, e[:, 0], e[:, 1]).tolist()
 
 
 _MIX_MUL = np.uint64(0x9E3779B97F4A7C15)
@@ -541,7 +532,7 @@ def _clean_pool(texts: list[str], min_words: int, min_chars: int) -> list[str]:
             continue
         seen.add(k)
         cand.append(t)
-    roots = _union_find(len(cand), ((a, b) for a, b, _ in near_pairs(cand, SIMILAR)))
+    roots = _group_roots(len(cand), ((a, b) for a, b, _ in near_pairs(cand, SIMILAR)))
     return [t for i, t in enumerate(cand) if roots[i] == i]
 
 
@@ -559,7 +550,7 @@ def _tweet_pools(texts: list[str]) -> tuple[list[str], list[tuple[str, str, floa
     reps = sorted(norm_first.values())
     pairs = near_pairs([cand[i] for i in reps], SIMILAR)
     edges.extend((reps[a], reps[b]) for a, b, _ in pairs)
-    roots = _union_find(len(cand), edges)
+    roots = _group_roots(len(cand), edges)
     size = Counter(roots)
     singles = [t for i, t in enumerate(cand) if size[roots[i]] == 1]
     best: dict[int, tuple[float, int, int]] = {}

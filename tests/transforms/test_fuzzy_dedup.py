@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from conftest import kill_when, tree_bytes, write_parquet
 from prepline import minhash, registry
+from prepline.graph import component_roots
 from prepline.engine import RunOptions, run_transform
 from prepline.errors import ConfigError, InputError
 
@@ -84,19 +85,10 @@ def true_pairs(texts: list[str], threshold: float, k: int = 5) -> list[tuple[int
 
 
 def smallest_in_cluster(n: int, pairs) -> list[int]:
-    parent = list(range(n))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b, *_ in pairs:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    return [find(i) for i in range(n)]
+    """The smallest document of each one's cluster of true pairs (components: tests/framework/test_graph.py)."""
+    a = np.array([p[0] for p in pairs], dtype=np.int64)
+    b = np.array([p[1] for p in pairs], dtype=np.int64)
+    return component_roots(n, a, b).tolist()
 
 
 def precision_recall(removed: set[int], truth: set[int]) -> tuple[float, float]:
@@ -263,23 +255,6 @@ def test_lsh_probability_s_curve():
     assert p[0] < 0.1 and 0.7 < p[1] < 0.8 and p[2] > 0.98 and p[3] > 0.9999
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=80))
-def test_components_equal_union_find(edges):
-    from prepline.transforms.fuzzy_dedup import _components
-
-    edges = [(min(a, b), max(a, b)) for a, b in edges if a != b]
-    if not edges:
-        return
-    ids = lambda x: x * 1000 - 7  # sparse, negative ids are fine
-    a = np.array([ids(e[0]) for e in edges], dtype=np.int64)
-    b = np.array([ids(e[1]) for e in edges], dtype=np.int64)
-    nodes, cluster = _components(a, b)
-    smallest = smallest_in_cluster(41, edges)
-    assert nodes.tolist() == sorted({ids(x) for e in edges for x in e})
-    assert cluster.tolist() == [ids(smallest[(x + 7) // 1000]) for x in nodes.tolist()]
-
-
 def test_bucket_pairs_small_all_large_star_and_chain():
     from prepline.transforms.fuzzy_dedup import ALL_PAIRS_MAX, _bucket_pairs
 
@@ -318,6 +293,8 @@ def test_removes_real_near_duplicate_tweets(tweets, tweets_ids, tmp_path):
     plan = meta["plan"]
     assert plan["docs"] == n and plan["duplicate_edges"] <= plan["verified_pairs"]
     assert plan["docs_in_clusters"] - plan["clusters"] == t["removed"]["near_duplicate"]
+    assert meta["phases"]["components"]["tasks"] == 1  # a phase that runs once: one task, not one per shard
+    assert meta["phases"]["buckets"]["tasks"] == 16
     # output keeps every column and row order of the kept rows
     out = read_dir(tmp_path / "out")
     assert out.column_names == ["contents", "doc_hash", "doc_id"]
