@@ -1,4 +1,6 @@
-"""fuzzy_dedup: MinHash against exact Jaccard, precision/recall against brute force, modes, workers, resume.
+"""fuzzy_dedup: MinHash against exact Jaccard, precision/recall against brute force, modes, S3 work files.
+
+Worker counts, runtimes and resume after a kill in every phase: tests/transforms/test_contract.py.
 
 Ground truth is computed here, independently of the transform: Python word 5-shingle sets
 (``text.lower().split()``), the exact Jaccard similarity of every pair of documents that shares
@@ -8,10 +10,7 @@ threshold, and "removed" = every clustered document but the smallest id of its c
 
 from __future__ import annotations
 
-import json
 import random
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -22,11 +21,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import kill_when, tree_bytes, write_parquet
+from conftest import write_parquet
 from prepline import minhash, registry
-from prepline.graph import component_roots
 from prepline.engine import RunOptions, run_transform
 from prepline.errors import ConfigError, InputError
+from prepline.graph import component_roots
 
 THRESHOLD = 0.75
 
@@ -443,39 +442,6 @@ def test_id_column_missing_or_not_unique(tweets, tmp_path):
         fuzzy(tmp_path / "str", tmp_path / "o4")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["remove", "annotate"])
-def test_output_identical_for_one_and_two_workers(sample_ids, tmp_path, mode):
-    _, ids = sample_ids
-    m1 = fuzzy(ids, tmp_path / "w1", workers=1, mode=mode, num_shards=5)
-    m2 = fuzzy(ids, tmp_path / "w2", workers=2, mode=mode, num_shards=5)
-    a, b = tree_bytes(tmp_path / "w1"), tree_bytes(tmp_path / "w2")
-    assert a and a == b
-    assert m1["plan"] == m2["plan"]
-    assert m1["totals"]["removed"] == m2["totals"]["removed"]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("phase", ["signatures", "buckets", "extract", "verify_b", "final"])
-def test_killed_run_resumes_to_identical_output(sample_ids, tmp_path, phase):
-    _, ids = sample_ids
-    ref = tmp_path / "ref"
-    fuzzy(ids, ref, mode="annotate", num_shards=6)
-    out = tmp_path / "out"
-    args = [sys.executable, "-m", "prepline.cli", "run", "fuzzy_dedup", "--input", str(ids), "--output", str(out),
-            "--mode", "annotate", "--num-shards", "6", "--no-progress", "--workers", "1"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    killed_at = kill_when(proc, out / "_prepline" / "markers" / phase, 2)
-    assert not (out / "metadata.json").exists()
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    meta = json.loads((out / "metadata.json").read_text())
-    resumed = meta["phases"][phase]["resumed"] if phase != "final" else len(meta["resumed_files"])
-    assert resumed >= killed_at
-    assert tree_bytes(out) == tree_bytes(ref)
-    assert meta["plan"] == json.loads((ref / "metadata.json").read_text())["plan"]
-
-
 @pytest.mark.s3
 @pytest.mark.slow
 def test_work_files_and_output_on_s3(tweets_ids, s3_bucket, tmp_path):
@@ -489,12 +455,3 @@ def test_work_files_and_output_on_s3(tweets_ids, s3_bucket, tmp_path):
     got = pa.concat_tables([loc.read_parquet(f.rel) for f in loc.list_files(".parquet")])
     assert got.equals(read_dir(tmp_path / "local"))
     assert not [f for f in loc.list_all() if f.rel.startswith("_prepline")]  # work files removed
-
-
-@pytest.mark.ray
-@pytest.mark.slow
-def test_ray_runtime_gives_the_same_bytes(tweets_ids, tmp_path, ray_session):
-    fuzzy(tweets_ids, tmp_path / "local", mode="annotate", num_shards=4)
-    run_transform("fuzzy_dedup", {"mode": "annotate", "num_shards": 4},
-                  RunOptions(str(tweets_ids), str(tmp_path / "ray"), runtime="ray", workers=2, progress=False))
-    assert tree_bytes(tmp_path / "local") == tree_bytes(tmp_path / "ray")
