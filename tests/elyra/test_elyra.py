@@ -139,7 +139,13 @@ def test_templates_reference_the_catalog_and_mirror_the_stages():
 
 
 def test_generation_is_deterministic():
-    assert generate() == generate()
+    """Another interpreter (another hash seed, so another set and dict iteration order) generates the same files."""
+    code = "import json, sys; from prepline.elyra import generate; json.dump(generate(), sys.stdout, sort_keys=True)"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONHASHSEED": seed})
+             for seed in ("1", "2")]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert json.loads(outs[0]) == json.loads(outs[1]) == generate()
 
 
 # ---------------------------------------------------------------------------------------------
