@@ -237,14 +237,14 @@ def cmd_sample(argv: list[str]) -> int:
 
 def cmd_compile(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="prepline compile", description="Compile every component and pipeline into compiled/.")
-    ap.add_argument("--output", default=None, help="folder (default: the repo's compiled/)")
+    ap.add_argument("--output", default="compiled", help="folder (default: compiled/ in the current folder, e.g. the repository's)")
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 when compiled/ is stale")
     a = ap.parse_args(argv)
     from pathlib import Path
 
-    from prepline.kfp_cli import ROOT, sync_compiled
+    from prepline.kfp.compile import sync_compiled
 
-    diffs = sync_compiled(Path(a.output) if a.output else ROOT / "compiled", check=a.check)
+    diffs = sync_compiled(Path(a.output), check=a.check)
     for d in diffs:
         print(d)
     if a.check and diffs:
@@ -268,7 +268,7 @@ def cmd_pipeline(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     from pathlib import Path
 
-    from prepline.kfp_cli import TaskTimes, run_local, strip_ansi
+    from prepline.kfp.local import TaskTimes, run_local, strip_ansi
 
     if a.action == "list":
         from prepline.pipelines.factory import pipelines
@@ -438,8 +438,8 @@ def cmd_clusters(argv: list[str]) -> int:
 
 
 def cmd_kfp(argv: list[str]) -> int:
-    """``prepline kfp upload|run|clone|wait|terminate|list|logs`` (see prepline.kfp_client); its own exit codes."""
-    from prepline.kfp_client import main as kfp_main
+    """``prepline kfp upload|run|clone|wait|terminate|list|logs`` (see prepline.kfp.cli); its own exit codes."""
+    from prepline.kfp.cli import main as kfp_main
 
     return kfp_main(argv)
 

