@@ -13,7 +13,8 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 
 from prepline import registry, stage_params
 from prepline.kfp.compile import sync_compiled
-from prepline.pipelines.factory import BRANCH_STAGES, DEFAULT_LANGUAGES, GLOBAL_STAGES, default_overrides, pipelines, super_defaults, super_stages
+from prepline.pipelines.factory import BRANCH_STAGES, GLOBAL_STAGES, default_overrides, pipelines, super_defaults, super_stages
+from prepline.stage_params import DEFAULT_LANGUAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPILED = ROOT / "compiled"
