@@ -56,25 +56,6 @@ def make_corpus(root: Path, files: int = 7, seed: int = 3) -> Path:
     return root
 
 
-def kill_when(proc: subprocess.Popen, marker_dir: Path, n: int, timeout: float = 120) -> int:
-    """SIGKILL the run (its process group) once ``n`` completion markers exist in ``marker_dir``;
-    returns how many there were. Fails the test if the run ends first or makes no progress."""
-    import signal
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        found = len(list(marker_dir.rglob("*.json"))) if marker_dir.exists() else 0
-        if found >= n:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return found
-        if proc.poll() is not None:
-            pytest.fail(f"run finished before it could be killed: {proc.stderr.read()[-2000:]}")
-        time.sleep(0.005)
-    proc.kill()
-    pytest.fail("no progress to kill")
-
-
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
     """A small corpus in two files and a sub-folder, with duplicates in and across files."""

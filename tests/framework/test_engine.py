@@ -182,3 +182,13 @@ def test_a_file_failing_while_others_run_still_writes_metadata_and_a_clear_error
         run_transform("exact_dedup", {}, RunOptions(str(tmp_path / "in"), str(out), runtime=runtime, workers=2))
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["status"] == "failed" and list(meta["failures"]) == ["small.parquet"]
+
+
+def test_unfinished_run_with_other_parameters_is_not_mixed(tmp_path, corpus):
+    ids = tmp_path / "ids"
+    run_transform("doc_id", {}, RunOptions(str(corpus), str(ids)))
+    out = tmp_path / "out"
+    (out / "_prepline").mkdir(parents=True)
+    (out / "_prepline" / "run.json").write_text(json.dumps({"fingerprint": "something-else"}))
+    with pytest.raises(ConfigError, match="unfinished run with other input or parameters"):
+        run_transform("exact_dedup", {}, RunOptions(str(ids), str(out)))
