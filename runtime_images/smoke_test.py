@@ -10,6 +10,8 @@ project's .venv.
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import sys
 import tempfile
@@ -20,7 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 #: the super pipeline's stage order (pipelines/factory.py; not imported: the Ray image has no kfp)
-ORDER = ["doc_id", "exact_dedup", "fuzzy_dedup", "lang_id", "doc_quality", "pii_redactor", "hap", "filter", "tokenization"]
+ORDER = ["ingest", "doc_id", "exact_dedup", "fuzzy_dedup", "lang_id", "doc_quality", "pii_redactor", "hap", "filter", "tokenization"]
 #: parameters a transform needs beyond its defaults to run on this corpus
 PARAMS = {
     "filter": {"criteria": ["length(trim(contents)) >= 20"]},
@@ -50,15 +52,14 @@ FR = [
 
 
 def build_corpus(folder: Path) -> int:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     texts = EN + JA + FR
     texts = texts + [texts[0], texts[6] + " ", "", "short"]  # an exact duplicate, a near one, empty and short documents
     folder.mkdir(parents=True, exist_ok=True)
     half = len(texts) // 2
-    pq.write_table(pa.table({"contents": texts[:half]}), folder / "part-0.parquet")
-    pq.write_table(pa.table({"contents": texts[half:]}), folder / "part-1.parquet")
+    # raw input as users have it (JSONL.gz with a "text" field): ingest turns it into Parquet
+    for i, part in enumerate((texts[:half], texts[half:])):
+        with gzip.open(folder / f"part-{i}.jsonl.gz", "wt", encoding="utf-8") as f:
+            f.writelines(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in part)
     return len(texts)
 
 

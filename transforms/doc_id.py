@@ -82,6 +82,6 @@ class DocId(Transform):
         if c.hash_column:
             table = table.append_column(c.hash_column, hashing.sha256_hex(self._con, table.column(c.content_column)))
         if c.id_column:
-            start = task.extra["offset"]
+            start = task.extra["offset"] + task.first_row
             table = table.append_column(c.id_column, pa.array(range(start, start + table.num_rows), pa.int64()))
         return Output.of(table)

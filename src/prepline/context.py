@@ -8,8 +8,9 @@ read). It knows transforms only by the methods it calls on them, so the transfor
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator, Protocol
 
 import pyarrow as pa
 
@@ -25,6 +26,11 @@ FINAL = "final"
 ONCE = "once"
 
 _BAD_FILE_FIX = "re-export or remove the file, or pass --max-failed-files N to skip up to N bad files"
+#: the final map reads a file in batches of about this many bytes (uncompressed; PREPLINE_BATCH_MB
+#: overrides it for benchmarks and tests: it changes the row groups of outputs, never their rows) ...
+BATCH_BYTES = 64 * 2**20
+#: ... and at most this many rows (one output row group)
+BATCH_ROWS = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,11 @@ class FileTask:
     rel: str  # path relative to the input root, '/'-separated; the output mirrors it
     size: int
     extra: dict = field(default_factory=dict)
+    #: in the final map, the row of the file where the table handed to ``transform`` starts
+    first_row: int = 0
+
+    def at_row(self, first_row: int) -> "FileTask":
+        return replace(self, first_row=first_row)
 
 
 class Checked(Protocol):
@@ -72,33 +83,80 @@ class PhaseContext:
         """Read ``columns`` of one input file (None: all), checked; ``[]`` checks the file only."""
         return read_checked(self.input, task, transform, columns)
 
+    def iter_input(self, task: FileTask, transform: Checked, columns: list[str] | None) -> Iterator[pa.Table]:
+        """The same read, one bounded batch at a time (memory does not follow the file size)."""
+        return iter_checked(self.input, task, transform, columns)
 
-def read_checked(loc: Location, task: FileTask, transform: Checked, columns: list[str] | None) -> pa.Table:
-    """Read one input file: footer and schema checks first, then the data, then text checks."""
+
+def _open_checked(loc: Location, task: FileTask, transform: Checked):
+    """Open one input file's footer and check its schema (before any data is read)."""
     where = task.path
     if task.size == 0:
         raise InputError(f"{where}: file is empty (0 bytes), not a Parquet file", _BAD_FILE_FIX)
     try:
-        pf = loc.parquet_file(task.rel)
+        pf = loc.parquet_file(task.rel, task.size)
         schema = pf.schema_arrow
     except (pa.ArrowInvalid, OSError) as e:
         raise InputError(f"{where}: not a readable Parquet file ({short_error(e)})", _BAD_FILE_FIX) from None
     transform.check_schema(schema, where)
-    try:
-        table = pf.read(columns=columns)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise InputError(f"{where}: Parquet data is corrupt or truncated ({short_error(e)})", _BAD_FILE_FIX) from None
+    return pf
+
+
+def _corrupt(task: FileTask, e: BaseException) -> InputError:
+    return InputError(f"{task.path}: Parquet data is corrupt or truncated ({short_error(e)})", _BAD_FILE_FIX)
+
+
+def _checked(table: pa.Table, task: FileTask, transform: Checked, first_row: int = 0) -> pa.Table:
     for col in transform.input_columns():
         if col.name in table.column_names:
-            _check_values(table.column(col.name), col, where)
+            _check_values(table.column(col.name), col, task.path, first_row)
     return table
 
 
-def _check_values(arr: pa.ChunkedArray, col: Any, where: str) -> None:
+def read_checked(loc: Location, task: FileTask, transform: Checked, columns: list[str] | None) -> pa.Table:
+    """Read one input file: footer and schema checks first, then the data, then text checks."""
+    pf = _open_checked(loc, task, transform)
+    try:
+        table = pf.read(columns=columns)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise _corrupt(task, e) from None
+    return _checked(table, task, transform)
+
+
+def batch_rows(pf) -> int:
+    """Rows per batch for a file: about BATCH_BYTES of uncompressed data, at most BATCH_ROWS."""
+    md = pf.metadata
+    nbytes = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    per_row = max(1, nbytes // max(1, md.num_rows))
+    target = float(os.environ.get("PREPLINE_BATCH_MB") or 0) * 2**20 or BATCH_BYTES
+    return int(max(1, min(BATCH_ROWS, target // per_row)))
+
+
+def iter_checked(loc: Location, task: FileTask, transform: Checked, columns: list[str] | None) -> Iterator[pa.Table]:
+    """Read one input file in order, batch by batch (each checked); an empty file gives one empty table."""
+    pf = _open_checked(loc, task, transform)
+    names = pf.schema_arrow.names if columns is None else columns
+    first_row = 0
+    batches = pf.iter_batches(batch_size=batch_rows(pf), columns=columns, use_threads=False)
+    while True:
+        try:
+            batch = next(batches, None)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise _corrupt(task, e) from None
+        if batch is None:
+            break
+        table = pa.Table.from_batches([batch])
+        yield _checked(table, task, transform, first_row)
+        first_row += table.num_rows
+    if first_row == 0:
+        yield pf.schema_arrow.empty_table().select(names)
+
+
+def _check_values(arr: pa.ChunkedArray, col: Any, where: str, first_row: int = 0) -> None:
     if not col.nullable and arr.null_count:
         import pyarrow.compute as pc
 
-        first = int(pc.index(pc.is_null(arr), True).as_py())
+        first = first_row + int(pc.index(pc.is_null(arr), True).as_py())
         raise InputError(
             f"{where}: column '{col.name}' has {arr.null_count} null value(s) (first at row {first})",
             f"fill or drop them first, e.g. prepline run filter --criteria \"{col.name} IS NOT NULL\"",

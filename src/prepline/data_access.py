@@ -1,111 +1,63 @@
-"""One interface over local folders and ``s3://`` URIs.
+"""One interface over local folders and remote ones (``s3://``, ``gs://``, ``az://``, ``hf://``).
 
-A :class:`Location` is rooted at a folder; paths inside it are relative, '/'-separated. Listing
-takes sizes from the listing itself (``os.scandir`` locally, ``ListObjectsV2`` pages on S3:
+:func:`open_location` turns what a user typed into a :class:`~prepline.location.Location`: a local
+path (or ``file://``) is a :class:`LocalLocation`; a URI with a scheme goes through fsspec
+(:mod:`prepline.objstore`; ``s3://`` is an :class:`~prepline.objstore.S3Location`), and a scheme
+whose package is not installed, or that prepline does not know, is refused with the fix.
+
+Listing takes sizes from the listing itself (``os.scandir`` locally, ``ListObjectsV2`` pages on S3:
 never one metadata request per object). Files and folders whose name starts with ``_`` or ``.``
-are not data (work folders, temp files, ground truth) and are skipped by :meth:`list_files`.
-Writes are atomic: a temp name then ``os.replace`` locally; a single ``PutObject`` on S3.
-
-S3 credentials come from the environment (the usual ``AWS_*`` variables, profiles or an
-instance role); the endpoint from ``PREPLINE_S3_ENDPOINT`` or ``AWS_ENDPOINT_URL[_S3]`` for
-MinIO/Ceph. Retries and timeouts are boto3's standard mode, tunable with
-``PREPLINE_S3_MAX_ATTEMPTS``.
+are not data (work folders, temp files, ground truth) and are skipped by ``list_files``.
+Writes are atomic: a temp name then ``os.replace`` locally; on S3 a multipart upload that is
+completed only when the writer finishes (aborted otherwise). S3 settings: docs/storage.md.
 """
 
 from __future__ import annotations
 
-import io
+import contextlib
 import os
 import posixpath
 import re
 import uuid
-from dataclasses import dataclass
-from typing import Iterator
+from typing import IO, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from prepline.errors import InputError
+from prepline.errors import ConfigError
+from prepline.location import (
+    PARQUET_WRITE_OPTIONS,
+    FileInfo,
+    Location,
+    ParquetSink,
+    StorageError,
+    TransientStorageError,
+    hidden,
+    is_transient,
+)
+from prepline.objstore import SCHEMES, RemoteLocation, S3Location, S3Settings, s3_client
 
-PARQUET_WRITE_OPTIONS = dict(compression="zstd", row_group_size=64 * 1024, write_statistics=True)
-
-
-@dataclass(frozen=True)
-class FileInfo:
-    rel: str  # relative to the location's root, '/'-separated
-    size: int
-
+__all__ = [
+    "PARQUET_WRITE_OPTIONS", "FileInfo", "Location", "LocalLocation", "RemoteLocation", "S3Location", "S3Settings",
+    "ParquetSink", "StorageError", "TransientStorageError", "is_transient", "is_s3", "scheme_of", "open_location",
+    "inside", "s3_client",
+]
 
 # what LocalLocation._tmp makes: ".<name>.tmp-<uuid4 hex>"
 _TEMP_NAME = re.compile(r"^\..+\.tmp-[0-9a-f]{32}$")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def scheme_of(uri: str) -> str | None:
+    """'s3' for 's3://b/k'; None for a local path (also 'file://...')."""
+    m = _SCHEME.match(uri)
+    if not m or m.group(1).lower() == "file":
+        return None
+    return m.group(1).lower()
 
 
 def is_s3(uri: str) -> bool:
-    return uri.startswith("s3://")
-
-
-def _hidden(rel: str) -> bool:
-    return any(part.startswith(("_", ".")) for part in rel.split("/"))
-
-
-class Location:
-    """A folder, local or on S3. Use :func:`open_location`."""
-
-    uri: str
-
-    def path(self, rel: str = "") -> str:
-        raise NotImplementedError
-
-    def list_all(self, rel_prefix: str = "") -> list[FileInfo]:
-        """Every file under ``rel_prefix`` (hidden ones too), sorted by path."""
-        raise NotImplementedError
-
-    def list_files(self, suffix: str = ".parquet") -> list[FileInfo]:
-        """Data files under the root: visible, ending with ``suffix``, sorted by path."""
-        return [f for f in self.list_all() if f.rel.endswith(suffix) and not _hidden(f.rel)]
-
-    def exists(self) -> bool:
-        raise NotImplementedError
-
-    def read_bytes(self, rel: str) -> bytes:
-        raise NotImplementedError
-
-    def write_bytes(self, rel: str, data: bytes) -> None:
-        raise NotImplementedError
-
-    def delete(self, rel_prefix: str = "") -> None:
-        """Delete everything under ``rel_prefix`` (the whole location for '')."""
-        raise NotImplementedError
-
-    def sub(self, rel: str) -> "Location":
-        return open_location(self.path(rel))
-
-    # -- Parquet ---------------------------------------------------------------------------
-    def parquet_file(self, rel: str) -> pq.ParquetFile:
-        """Open a Parquet file for reading its footer (schema, row counts) before any data."""
-        raise NotImplementedError
-
-    def open_random(self, rel: str, size: int | None = None) -> pa.NativeFile:
-        """A seekable read-only file for random access (e.g. one record batch of an Arrow IPC
-        file): memory-mapped locally, range reads on S3. ``size`` (from a listing) saves a request."""
-        raise NotImplementedError
-
-    def read_parquet(self, rel: str, columns: list[str] | None = None) -> pa.Table:
-        return self.parquet_file(rel).read(columns=columns)
-
-    def write_parquet(self, rel: str, table: pa.Table) -> int:
-        """Write atomically; returns the size in bytes."""
-        buf = io.BytesIO()
-        pq.write_table(table, buf, **PARQUET_WRITE_OPTIONS)
-        data = buf.getvalue()
-        self.write_bytes(rel, data)
-        return len(data)
-
-    def read_text(self, rel: str) -> str | None:
-        try:
-            return self.read_bytes(rel).decode("utf-8")
-        except FileNotFoundError:
-            return None
+    return scheme_of(uri) in ("s3", "s3a")
 
 
 class LocalLocation(Location):
@@ -157,31 +109,32 @@ class LocalLocation(Location):
         return os.path.join(d, f".{name}.tmp-{uuid.uuid4().hex}")
 
     def write_bytes(self, rel: str, data: bytes) -> None:
+        with self.open_output(rel) as f:
+            f.write(data)
+
+    @contextlib.contextmanager
+    def open_output(self, rel: str) -> Iterator[IO[bytes]]:
         tmp = self._tmp(rel)
         try:
             with open(tmp, "wb") as f:
-                f.write(data)
+                yield f
             os.replace(tmp, self.path(rel))
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
-    def write_parquet(self, rel: str, table: pa.Table) -> int:
-        tmp = self._tmp(rel)
-        try:
-            pq.write_table(table, tmp, **PARQUET_WRITE_OPTIONS)
-            size = os.path.getsize(tmp)
-            os.replace(tmp, self.path(rel))
-            return size
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+    def open_input(self, rel: str, size: int | None = None) -> pa.NativeFile:
+        return pa.memory_map(self.path(rel))
 
-    def parquet_file(self, rel: str) -> pq.ParquetFile:
+    def parquet_file(self, rel: str, size: int | None = None) -> pq.ParquetFile:
         return pq.ParquetFile(self.path(rel), memory_map=True)
 
-    def open_random(self, rel: str, size: int | None = None) -> pa.NativeFile:
-        return pa.memory_map(self.path(rel))
+    def file_size(self, rel: str = "") -> int | None:
+        p = self.path(rel)
+        return os.path.getsize(p) if os.path.isfile(p) else None
+
+    def parent_and_name(self) -> tuple[Location, str]:
+        return LocalLocation(os.path.dirname(self.root)), os.path.basename(self.root)
 
     def delete(self, rel_prefix: str = "") -> None:
         import shutil
@@ -209,168 +162,19 @@ class LocalLocation(Location):
         return n
 
 
-def s3_client():
-    import boto3
-    from botocore.config import Config
-
-    endpoint = os.environ.get("PREPLINE_S3_ENDPOINT") or None
-    cfg = Config(
-        retries={"max_attempts": int(os.environ.get("PREPLINE_S3_MAX_ATTEMPTS", "8")), "mode": "standard"},
-        connect_timeout=10,
-        read_timeout=120,
-        s3={"addressing_style": "path"}
-        if endpoint or os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
-        else {},
-    )
-    return boto3.client("s3", endpoint_url=endpoint, config=cfg)
-
-
-class _S3RangeFile(io.RawIOBase):
-    """A seekable read-only file over S3 range GETs, so a Parquet footer is read without the data."""
-
-    def __init__(self, client, bucket: str, key: str, size: int):
-        self._c, self._b, self._k, self._size, self._pos = client, bucket, key, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self._pos = {0: offset, 1: self._pos + offset, 2: self._size + offset}[whence]
-        return self._pos
-
-    def readinto(self, b) -> int:
-        n = min(len(b), self._size - self._pos)
-        if n <= 0:
-            return 0
-        rng = f"bytes={self._pos}-{self._pos + n - 1}"
-        data = self._c.get_object(Bucket=self._b, Key=self._k, Range=rng)["Body"].read()
-        b[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
-
-
-class S3Location(Location):
-    def __init__(self, uri: str):
-        rest = uri[len("s3://") :]
-        bucket, _, prefix = rest.partition("/")
-        if not bucket:
-            raise InputError(f"'{uri}' names no bucket", "use s3://<bucket>/<prefix>")
-        self.bucket, self.prefix = bucket, prefix.strip("/")
-        self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self._client = None
-
-    @property
-    def client(self):
-        if self._client is None:
-            self._client = s3_client()
-        return self._client
-
-    def __getstate__(self):  # boto3 clients do not pickle; workers make their own
-        d = dict(self.__dict__)
-        d["_client"] = None
-        return d
-
-    def key(self, rel: str = "") -> str:
-        return "/".join(p for p in (self.prefix, rel.strip("/")) if p)
-
-    def path(self, rel: str = "") -> str:
-        return f"s3://{self.bucket}/{self.key(rel)}"
-
-    def _iter_objects(self, rel_prefix: str) -> Iterator[dict]:
-        prefix = self.key(rel_prefix)
-        prefix = prefix + "/" if prefix else ""
-        paginator = self.client.get_paginator("list_objects_v2")
-        try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, PaginationConfig={"PageSize": 1000}):
-                yield from page.get("Contents", [])
-        except self.client.exceptions.NoSuchBucket:
-            raise self._no_bucket() from None
-
-    def _no_bucket(self) -> InputError:
-        return InputError(f"bucket '{self.bucket}' does not exist ({self.uri})", "create it or fix the URI")
-
-    def _is_no_bucket(self, e: Exception) -> bool:
-        return getattr(e, "response", {}).get("Error", {}).get("Code") == "NoSuchBucket"
-
-    def list_all(self, rel_prefix: str = "") -> list[FileInfo]:
-        base = self.key()
-        cut = len(base) + 1 if base else 0
-        out = [FileInfo(o["Key"][cut:], int(o["Size"])) for o in self._iter_objects(rel_prefix) if not o["Key"].endswith("/")]
-        return sorted(out, key=lambda f: f.rel)
-
-    def exists(self) -> bool:
-        for _ in self._iter_objects(""):
-            return True
-        return False
-
-    def read_bytes(self, rel: str) -> bytes:
-        from botocore.exceptions import ClientError
-
-        try:
-            return self.client.get_object(Bucket=self.bucket, Key=self.key(rel))["Body"].read()
-        except self.client.exceptions.NoSuchKey:
-            raise FileNotFoundError(self.path(rel)) from None
-        except ClientError as e:
-            if self._is_no_bucket(e):
-                raise self._no_bucket() from None
-            raise
-
-    def write_bytes(self, rel: str, data: bytes) -> None:
-        from botocore.exceptions import ClientError
-
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=self.key(rel), Body=data)
-        except ClientError as e:
-            if self._is_no_bucket(e):
-                raise self._no_bucket() from None
-            raise
-
-    def parquet_file(self, rel: str) -> pq.ParquetFile:
-        return pq.ParquetFile(pa.BufferReader(self.read_bytes(rel)))
-
-    def parquet_footer(self, rel: str, size: int) -> pq.ParquetFile:
-        """Open with range reads: only the footer is fetched (for schema checks on the driver)."""
-        return pq.ParquetFile(self.open_random(rel, size, buffer_size=64 * 1024))
-
-    def open_random(self, rel: str, size: int | None = None, buffer_size: int = 1 << 20) -> pa.NativeFile:
-        if size is None:
-            try:
-                size = int(self.client.head_object(Bucket=self.bucket, Key=self.key(rel))["ContentLength"])
-            except self.client.exceptions.ClientError as e:
-                if getattr(e, "response", {}).get("Error", {}).get("Code") in ("404", "NoSuchKey"):
-                    raise FileNotFoundError(self.path(rel)) from None
-                raise
-        raw = _S3RangeFile(self.client, self.bucket, self.key(rel), size)
-        return pa.PythonFile(io.BufferedReader(raw, buffer_size), mode="r")
-
-    def delete(self, rel_prefix: str = "") -> None:
-        keys = [o["Key"] for o in self._iter_objects(rel_prefix)]
-        key = self.key(rel_prefix)
-        if key:  # a single object at exactly that name (locally: a file, not a folder)
-            first = self.client.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1).get("Contents", [])
-            if first and first[0]["Key"] == key:
-                keys.insert(0, key)
-        for i in range(0, len(keys), 1000):
-            resp = self.client.delete_objects(
-                Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]], "Quiet": True}
-            )
-            errors = resp.get("Errors") or []
-            if errors:
-                e = errors[0]
-                raise OSError(
-                    f"could not delete {len(errors)} object(s) under {self.path(rel_prefix)}; "
-                    f"first: {e.get('Key')}: {e.get('Code')} {e.get('Message')}"
-                )
-
-
 def open_location(uri: str) -> Location:
-    return S3Location(uri) if is_s3(uri) else LocalLocation(uri)
+    """The location ``uri`` names: a local path, ``file://...`` or ``<scheme>://bucket/prefix``."""
+    scheme = scheme_of(uri)
+    if scheme is None:
+        return LocalLocation(uri[len("file://") :] if uri.lower().startswith("file://") else uri)
+    if scheme in ("s3", "s3a"):
+        return S3Location(uri)
+    if scheme not in SCHEMES:
+        raise ConfigError(
+            f"'{uri}': the scheme '{scheme}://' is not supported",
+            f"use a local path or one of {', '.join(k + '://' for k in SCHEMES)}",
+        )
+    return RemoteLocation(uri, scheme)
 
 
 def inside(child: Location, parent: Location) -> bool:
@@ -378,9 +182,9 @@ def inside(child: Location, parent: Location) -> bool:
     if isinstance(child, LocalLocation) and isinstance(parent, LocalLocation):
         a, b = os.path.realpath(child.path()), os.path.realpath(parent.path())
         return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
-    if isinstance(child, S3Location) and isinstance(parent, S3Location):
-        if child.bucket != parent.bucket:
+    if isinstance(child, RemoteLocation) and isinstance(parent, RemoteLocation):
+        if (SCHEMES[child.scheme][0], child.bucket) != (SCHEMES[parent.scheme][0], parent.bucket):
             return False
         a, b = child.prefix, parent.prefix
         return not b or a == b or a.startswith(b + "/")
-    return False  # one local, one on S3
+    return False  # one local, one remote

@@ -49,19 +49,41 @@ def fingerprint(transform: Transform, files: list[FileInfo], input_uri: str) -> 
     return h.hexdigest()[:16]
 
 
-def list_input(inp: Location) -> list[FileInfo]:
+def list_input(inp: Location, suffixes: tuple[str, ...] = (".parquet",)) -> list[FileInfo]:
+    """The data files of an input folder: visible files ending with one of ``suffixes``."""
+    kinds = "/".join(suffixes)
     if not inp.exists():
-        raise InputError(f"input folder {inp.uri} does not exist", "check the --input path (or the S3 URI and credentials)")
-    files = inp.list_files(".parquet")
+        raise InputError(f"input folder {inp.uri} does not exist", "check the --input path (or the URI and credentials)")
+    files = inp.list_files(suffixes)
     if not files:
         others = [f.rel for f in inp.list_all() if not f.rel.startswith(("_", "."))][:5]
         if others:
+            hint = " (other formats: prepline run ingest first)" if suffixes == (".parquet",) else ""
             raise InputError(
-                f"input folder {inp.uri} has no .parquet files (found e.g. {', '.join(others)})",
-                "point --input at a folder of Parquet files (sub-folders are read too)",
+                f"input folder {inp.uri} has no {kinds} files (found e.g. {', '.join(others)})",
+                f"point --input at a folder of {kinds} files (sub-folders are read too){hint}",
             )
-        raise InputError(f"input folder {inp.uri} is empty", "point --input at a folder of Parquet files")
+        raise InputError(f"input folder {inp.uri} is empty", f"point --input at a folder of {kinds} files")
     return files
+
+
+def open_input(uri: str, out: Location, suffixes: tuple[str, ...]) -> tuple[Location, list[FileInfo]]:
+    """The input root and its files: a folder, or a single file (its folder and its name)."""
+    inp = open_location(uri)
+    if inside(out, inp):
+        raise ConfigError(
+            f"output {out.uri} is inside input {inp.uri}: the run would read its own output",
+            "choose an output folder outside the input folder",
+        )
+    if inside(inp, out):
+        raise ConfigError(f"input {inp.uri} is inside output {out.uri}", "choose an output folder that does not contain the input")
+    size = inp.file_size()
+    if size is None:
+        return inp, list_input(inp, suffixes)
+    parent, name = inp.parent_and_name()
+    if not name.endswith(suffixes):
+        raise InputError(f"input file {inp.uri} is not a {'/'.join(suffixes)} file", "pass a folder, or a file this transform reads")
+    return parent, [FileInfo(name, size)]
 
 
 @dataclass
@@ -111,17 +133,10 @@ def _open(name: str, params: dict | None, options: RunOptions) -> _Run:
     """Build the transform (parameters checked), check the paths and list the input."""
     t_start, started = time.perf_counter(), metadata.now_iso()
     transform = registry.build(name, params or {})
-    inp, out = open_location(options.input), open_location(options.output)
-    if inside(out, inp):
-        raise ConfigError(
-            f"output {out.uri} is inside input {inp.uri}: the run would read its own output",
-            "choose an output folder outside the input folder",
-        )
-    if inside(inp, out):
-        raise ConfigError(f"input {inp.uri} is inside output {out.uri}", "choose an output folder that does not contain the input")
-    files = list_input(inp)
+    out = open_location(options.output)
+    inp, files = open_input(options.input, out, transform.input_suffixes)
     tasks = [FileTask(inp.path(f.rel), f.rel, f.size) for f in files]
-    return _Run(name, transform, options, inp, out, tasks, fingerprint(transform, files, inp.uri), started, t_start)
+    return _Run(name, transform, options, inp, out, tasks, fingerprint(transform, files, open_location(options.input).uri), started, t_start)
 
 
 def _resume_or_refuse(run: _Run) -> RunResult | None:
@@ -272,12 +287,10 @@ def _load_markers(out: Location, phase: str) -> dict[str, dict]:
 
 def _check_first_schema(transform: Transform, inp: Location, task: FileTask) -> None:
     """Fail in a second, on the driver, when the parameters do not fit the data at all."""
-    if task.size == 0:
-        return  # reported per file by the worker
+    if task.size == 0 or not task.rel.endswith(".parquet"):
+        return  # reported per file by the worker; other formats are read by the transform itself
     try:
-        footer = getattr(inp, "parquet_footer", None)
-        pf = footer(task.rel, task.size) if footer else inp.parquet_file(task.rel)
-        schema = pf.schema_arrow
+        schema = inp.parquet_file(task.rel, task.size).schema_arrow
     except (pa.ArrowInvalid, OSError):
         return  # reported per file by the worker, which may be tolerated
     transform.check_schema(schema, task.path)

@@ -15,7 +15,7 @@ from typing import Any
 from prepline.errors import RunFailed
 
 SCHEMA_VERSION = 1
-_PACKAGES = ("prepline", "pyarrow", "numpy", "duckdb", "ray", "boto3")
+_PACKAGES = ("prepline", "pyarrow", "numpy", "duckdb", "ray", "s3fs", "boto3")
 
 
 def now_iso() -> str:

@@ -9,8 +9,8 @@ shards, or one task that runs once. Phases talk through files under the stage's 
   sends to the tasks of a shard phase. A producer writes *one* Arrow IPC file holding one record
   batch per shard it has rows for (the batch index is in the schema metadata); the task of shard
   ``s`` reads only batch ``s`` of every file under a prefix, through the storage layer's random
-  access (:meth:`prepline.data_access.Location.open_random`: memory-mapped locally, range reads on
-  S3). So no task holds more than its shard, a producer writes one file whatever the shard count,
+  access (:meth:`prepline.data_access.Location.open_input`: memory-mapped locally, range reads
+  through fsspec elsewhere). So no task holds more than its shard, a producer writes one file whatever the shard count,
   and reading a shard costs no Parquet decoding.
 * **Parquet results** (:func:`read_all`, :func:`read_range`): what a phase leaves for the plan or
   the final map (duplicate keys, edges, clusters). :func:`read_range` reads only the row groups
@@ -88,7 +88,7 @@ def read_partition(loc: Location, prefix: str, shard: int) -> pa.Table | None:
     for f in loc.list_all(prefix):
         if not _visible(f.rel, PARTITIONED_SUFFIX):
             continue
-        reader = ipc.open_file(loc.open_random(f.rel, f.size))
+        reader = ipc.open_file(loc.open_input(f.rel, f.size))
         i = json.loads(reader.schema.metadata[_INDEX_KEY]).get(str(shard))
         if i is not None:
             batch = reader.get_batch(i)

@@ -23,7 +23,7 @@ so that it can resume. The engine (:mod:`prepline.engine`) runs all of it on any
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Iterator, Literal
 
 import pyarrow as pa
 
@@ -119,6 +119,11 @@ class Transform:
     summary: ClassVar[str] = ""
     #: optional extra the transform needs (``pip install 'prepline[<extra>]'``)
     extra: ClassVar[str | None] = None
+    #: file name endings taken from the input folder (a transform that reads other formats says
+    #: which, and overrides :meth:`read_batches`)
+    input_suffixes: ClassVar[tuple[str, ...]] = (".parquet",)
+    #: True when ``transform`` needs a whole file at once (default: bounded batches of rows)
+    whole_file: ClassVar[bool] = False
 
     def __init__(self, config: TransformConfig):
         if not isinstance(config, self.Config):
@@ -178,6 +183,19 @@ class Transform:
     # -- per-worker ------------------------------------------------------------------------
     def setup(self, ctx: PhaseContext) -> None:
         """Load models or shared state once per worker, before its first final-map task."""
+
+    def read_batches(self, task: FileTask, ctx: PhaseContext) -> Iterator[pa.Table]:
+        """The tables of one input file for the final map, in file order: the checked Parquet read,
+        batch by batch (bounded memory), or whole when ``whole_file``. Every table is handed to
+        :meth:`transform` with ``task.first_row`` set to where it starts in the file."""
+        if self.whole_file:
+            yield ctx.read_input(task, self, self.read_columns())
+        else:
+            yield from ctx.iter_input(task, self, self.read_columns())
+
+    def output_rel(self, rel: str) -> str:
+        """Where the output of input file ``rel`` goes (the output tree mirrors the input tree)."""
+        return rel
 
     def transform(self, table: pa.Table, task: FileTask) -> Output:
         raise NotImplementedError

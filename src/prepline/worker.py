@@ -8,13 +8,16 @@ exception), so the driver decides what a failure means.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
+from collections import Counter
 from typing import Any
 
 from prepline import metadata, registry
 from prepline.context import FINAL, PhaseContext, WorkerSpec, short_error
 from prepline.errors import PreplineError
+from prepline.location import ParquetSink
 from prepline.transform import FileTask, Transform
 
 
@@ -53,26 +56,37 @@ class Worker:
 
 
 def process_file(transform: Transform, ctx: PhaseContext, task: FileTask) -> dict:
-    """The final map of one file: read (checked), transform, write each part; counts checked."""
-    table = ctx.read_input(task, transform, transform.read_columns())
-    out = transform.transform(table, task)
-    written, parts = [], {}
-    bytes_out = docs_out = 0
-    for sub, t in sorted(out.parts.items()):
-        rel_out = f"{sub}/{task.rel}" if sub else task.rel
-        bytes_out += ctx.output.write_parquet(rel_out, t)
-        written.append(rel_out)
-        parts[sub] = t.num_rows
-        docs_out += t.num_rows
+    """The final map of one file, batch by batch: read (checked), transform, and append each part
+    to its own Parquet writer; every output appears at once when the file is done (none on error)."""
+    writers: dict[str, ParquetSink] = {}
+    removed: Counter = Counter()
+    counters: Counter = Counter()
+    docs_in = 0
+    with contextlib.ExitStack() as outputs:
+        for table in transform.read_batches(task, ctx):
+            out = transform.transform(table, task.at_row(docs_in))
+            docs_in += table.num_rows
+            for sub, t in sorted(out.parts.items()):
+                if sub not in writers:
+                    writers[sub] = outputs.enter_context(ctx.output.parquet_writer(_out_rel(transform, sub, task), t.schema))
+                writers[sub].write(t)
+            removed.update(out.removed)
+            counters.update(out.counters)
+    parts = {sub: w.rows for sub, w in sorted(writers.items())}
     stats = {
-        "docs_in": table.num_rows,
-        "docs_out": docs_out,
-        "removed": {k: int(v) for k, v in sorted(out.removed.items()) if v},
-        "counters": {k: int(v) for k, v in sorted(out.counters.items())},
+        "docs_in": docs_in,
+        "docs_out": sum(parts.values()),
+        "removed": {k: int(v) for k, v in sorted(removed.items()) if v},
+        "counters": {k: int(v) for k, v in sorted(counters.items())},
         "bytes_in": task.size,
-        "bytes_out": bytes_out,
-        "outputs": written,
+        "bytes_out": sum(w.bytes_written for w in writers.values()),
+        "outputs": [_out_rel(transform, sub, task) for sub in parts],
         "parts": parts,
     }
     metadata.check_file_counts(task.rel, stats)
     return stats
+
+
+def _out_rel(transform: Transform, sub: str, task: FileTask) -> str:
+    rel = transform.output_rel(task.rel)
+    return f"{sub}/{rel}" if sub else rel

@@ -239,7 +239,7 @@ def test_smoke_test_follows_the_super_pipeline_order():
         sys.path.remove(str(IMAGES))
     from prepline.pipelines.factory import BRANCH_STAGES, GLOBAL_STAGES
 
-    assert smoke_test.ORDER == GLOBAL_STAGES + BRANCH_STAGES
+    assert smoke_test.ORDER == ["ingest"] + GLOBAL_STAGES + BRANCH_STAGES  # ingest: raw (non-Parquet) input first
 
 
 @pytest.mark.slow

@@ -1,0 +1,223 @@
+"""The storage interface every stage uses: :class:`Location`, a folder on some filesystem.
+
+A location is rooted at a folder; paths inside it are relative, '/'-separated. Implementations:
+:class:`prepline.data_access.LocalLocation` (local disk) and :class:`prepline.objstore.RemoteLocation`
+(``s3://``, ``gs://``, ``az://``, ``hf://`` through fsspec). Build one with
+:func:`prepline.data_access.open_location`.
+
+Storage errors come in three kinds, so that callers (and the S3 fault handling built on them) can
+tell a flaky store from bad input:
+
+- :class:`FileNotFoundError` for a missing file (callers rely on it, e.g. to resume);
+- :class:`TransientStorageError` for what a retry may cure: timeouts, connection resets, 5xx,
+  throttling (:func:`is_transient` says the same of a raw library exception);
+- :class:`StorageError` (an ``InputError``) for everything else: a missing bucket, access denied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass
+from typing import IO, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from prepline.errors import InputError, PreplineError
+
+#: how every Parquet file prepline writes is encoded (data, work files, outputs)
+PARQUET_WRITE_OPTIONS = dict(compression="zstd", row_group_size=64 * 1024, write_statistics=True)
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    rel: str  # relative to the location's root, '/'-separated
+    size: int
+
+
+class StorageError(InputError):
+    """A storage call failed for a reason a retry will not cure (missing bucket, access denied)."""
+
+
+class TransientStorageError(PreplineError):
+    """A storage call failed for a reason a retry may cure: timeout, reset, 5xx, throttling.
+
+    Raised after the layer's own bounded retries (``PREPLINE_S3_MAX_ATTEMPTS``) ran out. Not an
+    ``OSError`` on purpose: code that reports an unreadable file on ``OSError`` lets it through,
+    so a flaky store is never reported as a corrupt input file. ``cause`` is the library's error.
+    """
+
+    def __init__(self, message: str, fix: str | None = None, cause: BaseException | None = None):
+        super().__init__(message, fix)
+        self.cause = cause
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when ``exc`` (or an exception it was raised from) is one a retry may cure."""
+    from prepline.objstore import transient_cause
+
+    return transient_cause(exc) is not None
+
+
+def hidden(rel: str) -> bool:
+    """Files and folders whose name starts with ``_`` or ``.`` are not data (work, temp, truth)."""
+    return any(part.startswith(("_", ".")) for part in rel.split("/"))
+
+
+class Location:
+    """A folder, local or remote. Use :func:`prepline.data_access.open_location`."""
+
+    uri: str
+
+    def path(self, rel: str = "") -> str:
+        raise NotImplementedError
+
+    def list_all(self, rel_prefix: str = "") -> list[FileInfo]:
+        """Every file under ``rel_prefix`` (hidden ones too), sorted by path."""
+        raise NotImplementedError
+
+    def list_files(self, suffix: str | tuple[str, ...] = ".parquet") -> list[FileInfo]:
+        """Data files under the root: visible, ending with ``suffix`` (one or several), sorted."""
+        return [f for f in self.list_all() if f.rel.endswith(suffix) and not hidden(f.rel)]
+
+    def exists(self) -> bool:
+        """True when the root is a folder holding something (a remote prefix has no folders)."""
+        raise NotImplementedError
+
+    def file_size(self, rel: str = "") -> int | None:
+        """The size of the file at ``rel`` ('' the root itself), None when it is not a file."""
+        raise NotImplementedError
+
+    def parent_and_name(self) -> tuple["Location", str]:
+        """The folder holding the root and the root's own name (for a root that is one file)."""
+        raise NotImplementedError
+
+    def read_bytes(self, rel: str) -> bytes:
+        raise NotImplementedError
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Write atomically: readers see the old file or the whole new one, never a part."""
+        raise NotImplementedError
+
+    def delete(self, rel_prefix: str = "") -> None:
+        """Delete everything under ``rel_prefix`` (the whole location for '')."""
+        raise NotImplementedError
+
+    def sub(self, rel: str) -> "Location":
+        from prepline.data_access import open_location
+
+        return open_location(self.path(rel))
+
+    # -- streams ------------------------------------------------------------------------------
+    def open_input(self, rel: str, size: int | None = None) -> IO[bytes] | pa.NativeFile:
+        """A seekable binary file for reading (remote: range reads, only what is read is fetched).
+        ``size``, when the listing gave it, saves a metadata request."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def open_output(self, rel: str) -> Iterator[IO[bytes]]:
+        """A binary file for writing, committed atomically when the block ends without error
+        (local: temp name then rename; S3: multipart upload completed) and discarded otherwise."""
+        raise NotImplementedError
+        yield
+
+    # -- Parquet ------------------------------------------------------------------------------
+    def parquet_file(self, rel: str, size: int | None = None) -> pq.ParquetFile:
+        """Open a Parquet file: the footer (schema, row counts) is read first, data on demand."""
+        return pq.ParquetFile(self.open_input(rel, size), buffer_size=1 << 20)  # pages streamed, not whole chunks
+
+    def parquet_footer(self, rel: str, size: int) -> pq.ParquetFile:
+        """The same, for schema checks on the driver (kept for callers that name it)."""
+        return self.parquet_file(rel, size)
+
+    def read_parquet(self, rel: str, columns: list[str] | None = None) -> pa.Table:
+        return self.parquet_file(rel).read(columns=columns)
+
+    @contextlib.contextmanager
+    def parquet_writer(self, rel: str, schema: pa.Schema) -> Iterator["ParquetSink"]:
+        """A Parquet writer whose row groups go out as they are written (bounded memory);
+        the file appears atomically when the block ends without error."""
+        with self.open_output(rel) as f:
+            sink = ParquetSink(f, schema)
+            try:
+                yield sink
+            except BaseException:
+                sink.abandon()
+                raise
+            sink.close()
+
+    def write_parquet(self, rel: str, table: pa.Table) -> int:
+        """Write one table atomically; returns the size in bytes."""
+        with self.parquet_writer(rel, table.schema) as w:
+            w.write(table)
+        return w.bytes_written
+
+    def read_text(self, rel: str) -> str | None:
+        try:
+            return self.read_bytes(rel).decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+
+class ParquetSink:
+    """A ``pq.ParquetWriter`` over an open output file that counts the bytes it wrote and casts
+    later tables to the first one's schema (a column all-null in one batch is typed null)."""
+
+    def __init__(self, f: IO[bytes], schema: pa.Schema):
+        self._counting = _CountingFile(f)
+        self._writer = pq.ParquetWriter(pa.PythonFile(self._counting, mode="w"), schema, **_writer_options())
+        self.schema = schema
+        self.rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        if not table.schema.equals(self.schema, check_metadata=False):
+            try:
+                table = table.select(self.schema.names).cast(self.schema)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError) as e:
+                raise InputError(
+                    f"a batch's columns ({table.schema}) differ from the first batch's ({self.schema}): {e}",
+                    "a transform must give every batch of a file the same columns and types",
+                ) from None
+        self._writer.write_table(table, row_group_size=PARQUET_WRITE_OPTIONS["row_group_size"])
+        self.rows += table.num_rows
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def abandon(self) -> None:
+        with contextlib.suppress(Exception):
+            self._writer.close()
+
+    @property
+    def bytes_written(self) -> int:
+        return self._counting.count
+
+
+def _writer_options() -> dict:
+    return {k: v for k, v in PARQUET_WRITE_OPTIONS.items() if k != "row_group_size"}
+
+
+class _CountingFile(io.RawIOBase):
+    """Passes writes through and counts them (the written file's size without asking the store)."""
+
+    def __init__(self, f: IO[bytes]):
+        self._f, self.count = f, 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        n = self._f.write(b)
+        n = len(memoryview(b)) if n is None else n
+        self.count += n
+        return n
+
+    def tell(self) -> int:
+        return self.count
+
+    def flush(self) -> None:
+        self._f.flush()
+
+    def close(self) -> None:  # the owner (open_output) closes the real file
+        super().close()

@@ -1,0 +1,418 @@
+"""Remote folders (``s3://``, ``gs://``, ``az://``, ``hf://``) through fsspec.
+
+Why fsspec (s3fs, gcsfs, adlfs, huggingface_hub) and not ``pyarrow.fs``, measured in
+docs/storage.md: pyarrow's S3 output stream cannot be aborted (a writer that fails half-way still
+completes its multipart upload, apache/arrow#40502), its read timeout is ignored on Linux, and its
+errors are strings; s3fs aborts a discarded upload, takes botocore's timeouts and retry modes, and
+keeps the botocore error (code, HTTP status) as the cause of what it raises.
+
+S3 settings come from the environment, read when a location is opened (:class:`S3Settings`).
+Listing uses ``ListObjectsV2`` pages and takes sizes from them. Reads are range GETs of what is
+read; writes stream into a multipart upload (parts of ``PREPLINE_S3_PART_MB``), completed when
+the writer finishes and aborted when it fails, so an object is whole or absent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from dataclasses import dataclass
+from typing import IO, Iterator
+
+from prepline.errors import ConfigError, InputError
+from prepline.location import FileInfo, Location, StorageError, TransientStorageError
+
+#: scheme -> (fsspec protocol, pip package that provides it)
+SCHEMES = {
+    "s3": ("s3", "s3fs"),
+    "s3a": ("s3", "s3fs"),
+    "gs": ("gcs", "gcsfs"),
+    "gcs": ("gcs", "gcsfs"),
+    "az": ("abfs", "adlfs"),
+    "abfs": ("abfs", "adlfs"),
+    "abfss": ("abfs", "adlfs"),
+    "hf": ("hf", "huggingface_hub"),
+}
+#: pip extra of prepline that installs each package (s3fs is a core dependency)
+_EXTRA = {"gcsfs": "gcs", "adlfs": "azure", "huggingface_hub": "tokenize"}
+
+# S3 error codes a retry may cure (botocore's standard retry mode retries the same ones first)
+_TRANSIENT_CODES = {
+    "SlowDown", "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled",
+    "RequestLimitExceeded", "TooManyRequestsException", "ProvisionedThroughputExceededException",
+    "RequestTimeout", "RequestTimeoutException", "PriorRequestNotComplete", "InternalError",
+    "ServiceUnavailable", "BandwidthLimitExceeded", "EC2ThrottledException", "IDPCommunicationError",
+}
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """How prepline talks to S3, from the environment (documented in docs/storage.md)."""
+
+    endpoint: str | None  # PREPLINE_S3_ENDPOINT, else AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL
+    connect_timeout: float  # PREPLINE_S3_CONNECT_TIMEOUT (s)
+    read_timeout: float  # PREPLINE_S3_READ_TIMEOUT (s)
+    max_attempts: int  # PREPLINE_S3_MAX_ATTEMPTS: requests per call (botocore standard retries)
+    call_retries: int  # PREPLINE_S3_CALL_RETRIES: tries of a whole call (a body cut short, SlowDown)
+    part_mb: int  # PREPLINE_S3_PART_MB: multipart upload part size (and write buffer)
+
+    @classmethod
+    def from_env(cls) -> "S3Settings":
+        env = os.environ
+        endpoint = env.get("PREPLINE_S3_ENDPOINT") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+        s = cls(
+            endpoint=endpoint,
+            connect_timeout=_num("PREPLINE_S3_CONNECT_TIMEOUT", 10.0, float),
+            read_timeout=_num("PREPLINE_S3_READ_TIMEOUT", 60.0, float),
+            max_attempts=_num("PREPLINE_S3_MAX_ATTEMPTS", 5, int),
+            call_retries=_num("PREPLINE_S3_CALL_RETRIES", 2, int),
+            part_mb=_num("PREPLINE_S3_PART_MB", 16, int),
+        )
+        if s.max_attempts < 1 or s.call_retries < 1 or s.connect_timeout <= 0 or s.read_timeout <= 0:
+            raise ConfigError("PREPLINE_S3_MAX_ATTEMPTS and _CALL_RETRIES must be >= 1, timeouts > 0", "fix the environment variable")
+        if not 5 <= s.part_mb <= 5120:
+            raise ConfigError(f"PREPLINE_S3_PART_MB={s.part_mb}: S3 parts are 5 MiB to 5 GiB", "set it between 5 and 5120")
+        return s
+
+    def botocore_config(self) -> dict:
+        cfg: dict = {
+            "connect_timeout": self.connect_timeout,
+            "read_timeout": self.read_timeout,
+            "retries": {"total_max_attempts": self.max_attempts, "mode": "standard"},  # requests, first included
+        }
+        if self.endpoint:  # MinIO, Ceph, moto: path-style addressing
+            cfg["s3"] = {"addressing_style": "path"}
+        return cfg
+
+
+def _num(name: str, default, kind):
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number", f"set {name} to a number (default {default})") from None
+
+
+def s3_filesystem(settings: S3Settings | None = None):
+    """A fresh s3fs filesystem with prepline's settings (never fsspec's shared instance)."""
+    import s3fs
+
+    s = settings or S3Settings.from_env()
+    fs = s3fs.S3FileSystem(
+        endpoint_url=s.endpoint,
+        config_kwargs=s.botocore_config(),
+        default_block_size=s.part_mb * 2**20,
+        skip_instance_cache=True,
+        use_listings_cache=False,
+    )
+    fs.retries = s.call_retries  # s3fs's own loop around each call (a class attribute, not an argument)
+    return fs
+
+
+def s3_client():
+    """A boto3 client with the same endpoint, timeouts and retries (for tools and tests)."""
+    import boto3
+    from botocore.config import Config
+
+    s = S3Settings.from_env()
+    return boto3.client("s3", endpoint_url=s.endpoint, config=Config(**s.botocore_config()))
+
+
+def filesystem(scheme: str, uri: str):
+    """The fsspec filesystem for ``scheme``; a clear error when its package is not installed."""
+    if scheme not in SCHEMES:
+        known = ", ".join(f"{k}://" for k in SCHEMES)
+        raise ConfigError(f"'{uri}': the scheme '{scheme}://' is not supported", f"use a local path or one of {known}")
+    protocol, package = SCHEMES[scheme]
+    try:
+        __import__(package)
+    except ImportError:
+        extra = _EXTRA.get(package)
+        how = f"pip install 'prepline[{extra}]' (or pip install {package})" if extra else f"pip install {package}"
+        raise ConfigError(f"'{uri}' needs the Python package {package}, which is not installed", how) from None
+    if protocol == "s3":
+        return s3_filesystem()
+    import fsspec
+
+    return fsspec.filesystem(protocol, skip_instance_cache=True, use_listings_cache=False)
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+def _transient_types() -> tuple[type, ...]:
+    types: list[type] = [TimeoutError, socket.timeout, ConnectionResetError, ConnectionAbortedError, BrokenPipeError, asyncio.TimeoutError]
+    with contextlib.suppress(ImportError):
+        from botocore import exceptions as be
+
+        types += [be.ConnectionError, be.HTTPClientError, be.IncompleteReadError, be.ResponseStreamingError]
+    with contextlib.suppress(ImportError):
+        import aiohttp
+
+        types += [aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, aiohttp.ServerTimeoutError]
+    with contextlib.suppress(ImportError):
+        from fsspec.exceptions import FSTimeoutError
+
+        types.append(FSTimeoutError)
+    return tuple(types)
+
+
+def _error_code(e: BaseException) -> tuple[str | None, int | None]:
+    resp = getattr(e, "response", None)
+    if not isinstance(resp, dict):
+        return None, None
+    return resp.get("Error", {}).get("Code"), resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
+
+
+def transient_cause(exc: BaseException) -> BaseException | None:
+    """The exception in ``exc``'s chain that a retry may cure (see :func:`prepline.location.is_transient`)."""
+    types = _transient_types()
+    for e in _chain(exc):
+        if isinstance(e, TransientStorageError):
+            return e.cause or e
+        if isinstance(e, types):
+            return e
+        code, status = _error_code(e)
+        if code in _TRANSIENT_CODES or (status is not None and (status >= 500 or status == 429)):
+            return e
+    return None
+
+
+def _not_found_bucket(exc: BaseException) -> bool:
+    return any(_error_code(e)[0] == "NoSuchBucket" or "bucket does not exist" in str(e) for e in _chain(exc))
+
+
+def _denied(exc: BaseException) -> bool:
+    return any(isinstance(e, PermissionError) or _error_code(e)[0] in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch") for e in _chain(exc))
+
+
+def translate(exc: BaseException, what: str, loc: "RemoteLocation") -> BaseException:
+    """A storage library's exception as prepline's: transient, missing bucket, denied, missing file."""
+    if isinstance(exc, (TransientStorageError, InputError, ConfigError)):
+        return exc
+    cause = transient_cause(exc)
+    if cause is not None:
+        return TransientStorageError(
+            f"{what}: storage did not answer in time or failed on its side ({type(cause).__name__}: {_first_line(cause)})",
+            "retry later; retries and timeouts: PREPLINE_S3_MAX_ATTEMPTS, PREPLINE_S3_CALL_RETRIES, "
+            "PREPLINE_S3_CONNECT_TIMEOUT, PREPLINE_S3_READ_TIMEOUT (docs/storage.md)",
+            cause=cause,
+        )
+    if _not_found_bucket(exc):
+        return StorageError(f"{what}: bucket '{loc.bucket}' does not exist ({loc.uri})", "create it or fix the URI")
+    if _denied(exc):
+        return StorageError(f"{what}: access denied ({_first_line(exc)})", "check the credentials (AWS_* variables, profile or role) and the bucket policy")
+    if isinstance(exc, FileNotFoundError):
+        return FileNotFoundError(what)
+    return exc
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return (s.splitlines()[0] if s else type(e).__name__)[:300]
+
+
+@contextlib.contextmanager
+def _translated(what: str, loc: "RemoteLocation") -> Iterator[None]:
+    try:
+        yield
+    except Exception as e:
+        new = translate(e, what, loc)
+        if new is e:
+            raise
+        raise new from e
+
+
+# -- locations ------------------------------------------------------------------------------------
+
+
+class RemoteLocation(Location):
+    """A prefix on an object store (or the Hugging Face Hub), through one fsspec filesystem."""
+
+    def __init__(self, uri: str, scheme: str):
+        rest = uri[len(scheme) + 3 :]
+        bucket, _, prefix = rest.partition("/")
+        if not bucket:
+            raise InputError(f"'{uri}' names no bucket", f"use {scheme}://<bucket>/<prefix>")
+        self.scheme, self.bucket, self.prefix = scheme, bucket, prefix.strip("/")
+        self.uri = f"{scheme}://{bucket}/{self.prefix}" if self.prefix else f"{scheme}://{bucket}"
+        self._fs = None
+        self.fs  # fail now when the scheme's package is missing
+
+    @property
+    def fs(self):
+        if self._fs is None:
+            self._fs = filesystem(self.scheme, self.uri)
+        return self._fs
+
+    def __getstate__(self):  # filesystems hold sockets and an event loop: workers make their own
+        d = dict(self.__dict__)
+        d["_fs"] = None
+        return d
+
+    def key(self, rel: str = "") -> str:
+        return "/".join(p for p in (self.prefix, rel.strip("/")) if p)
+
+    def _p(self, rel: str = "") -> str:  # the filesystem's own path: bucket/key
+        return "/".join(p for p in (self.bucket, self.key(rel)) if p)
+
+    def path(self, rel: str = "") -> str:
+        return f"{self.scheme}://{self._p(rel)}"
+
+    def list_all(self, rel_prefix: str = "") -> list[FileInfo]:
+        base = self._p()
+        with _translated(f"listing {self.path(rel_prefix)}", self):
+            try:
+                found = self.fs.find(self._p(rel_prefix), detail=True)
+            except FileNotFoundError as e:
+                if _not_found_bucket(e):
+                    raise
+                return []
+        out = [
+            FileInfo(name[len(base) + 1 :], int(info.get("size") or 0))
+            for name, info in found.items()
+            if info.get("type") != "directory" and name.startswith(base + "/") and not name.endswith("/")
+        ]
+        return sorted(out, key=lambda f: f.rel)
+
+    def exists(self) -> bool:
+        return bool(self.list_all())
+
+    def file_size(self, rel: str = "") -> int | None:
+        with _translated(f"looking up {self.path(rel)}", self):
+            try:
+                info = self.fs.info(self._p(rel))
+            except FileNotFoundError as e:
+                if _not_found_bucket(e):
+                    raise
+                return None
+        return int(info["size"]) if info.get("type") == "file" else None
+
+    def parent_and_name(self) -> tuple[Location, str]:
+        from prepline.data_access import open_location
+
+        head, _, name = self.prefix.rpartition("/")
+        return open_location(f"{self.scheme}://{self.bucket}/{head}".rstrip("/")), name
+
+    def read_bytes(self, rel: str) -> bytes:
+        with _translated(f"reading {self.path(rel)}", self):
+            return self.fs.cat_file(self._p(rel), max_concurrency=1)  # one GET (no HEAD first)
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        with _translated(f"writing {self.path(rel)}", self):
+            self.fs.pipe_file(self._p(rel), bytes(data))
+
+    def delete(self, rel_prefix: str = "") -> None:
+        keys = [self._p(f.rel) for f in self.list_all(rel_prefix)]
+        if rel_prefix.strip("/") and self.file_size(rel_prefix) is not None:
+            keys.insert(0, self._p(rel_prefix))  # a single object at exactly that name
+        with _translated(f"deleting {self.path(rel_prefix)}", self):
+            for i in range(0, len(keys), 1000):
+                self._delete_batch(keys[i : i + 1000])
+
+    def _delete_batch(self, paths: list[str]) -> None:
+        self.fs.rm(paths)
+
+    def open_input(self, rel: str, size: int | None = None):
+        with _translated(f"opening {self.path(rel)}", self):
+            f = self.fs.open(self._p(rel), "rb", block_size=1 << 20, cache_type="readahead", **({"size": size} if size is not None else {}))
+        if size is not None and hasattr(type(f), "details"):
+            f.details = {"name": self._p(rel), "size": size, "type": "file"}  # from the listing: no HEAD request
+        return _TranslatingReader(f, self, rel)
+
+    @contextlib.contextmanager
+    def open_output(self, rel: str) -> Iterator[IO[bytes]]:
+        what = f"writing {self.path(rel)}"
+        with _translated(what, self):
+            f = self.fs.open(self._p(rel), "wb")
+        try:
+            yield f
+        except BaseException:
+            with contextlib.suppress(Exception):
+                f.discard()  # S3: aborts the multipart upload; nothing becomes visible
+            f.closed = True  # (so that the file's finaliser does not try to complete it)
+            raise
+        with _translated(what, self):
+            f.close()
+
+
+class _TranslatingReader:
+    """A read-only file that turns the store's errors into prepline's (transient or not)."""
+
+    def __init__(self, f, loc: RemoteLocation, rel: str):
+        self._f, self._loc, self._rel = f, loc, rel
+        self.closed = False
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+    def _call(self, fn, *a):
+        with _translated(f"reading {self._loc.path(self._rel)}", self._loc):
+            return fn(*a)
+
+    def read(self, n: int = -1) -> bytes:
+        return self._call(self._f.read, n)
+
+    def readinto(self, b) -> int:
+        return self._call(self._f.readinto, b)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._call(self._f.seek, offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class S3Location(RemoteLocation):
+    """``s3://bucket/prefix``: endpoint, credentials, timeouts and retries from the environment."""
+
+    def __init__(self, uri: str):
+        super().__init__("s3://" + uri.split("://", 1)[1], "s3")
+
+    @property
+    def client(self):
+        """The (aiobotocore) S3 client under the filesystem, e.g. to observe its requests."""
+        return self.fs.s3
+
+    def exists(self) -> bool:
+        key = self.key()
+        with _translated(f"listing {self.uri}", self):
+            resp = self.fs.call_s3("list_objects_v2", Bucket=self.bucket, Prefix=key + "/" if key else "", MaxKeys=1)
+        return bool(resp.get("Contents"))
+
+    def _delete_batch(self, paths: list[str]) -> None:
+        keys = [p[len(self.bucket) + 1 :] for p in paths]
+        resp = self.fs.call_s3("delete_objects", Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True})
+        errors = resp.get("Errors") or []
+        if errors:
+            e = errors[0]
+            raise OSError(f"could not delete {len(errors)} object(s) from {self.uri}; first: {e.get('Key')}: {e.get('Code')} {e.get('Message')}")

@@ -1,0 +1,219 @@
+"""ingest: raw data in, Parquet out: JSONL (.gz, .zst), CSV/TSV, WARC and WET (Common Crawl, HTML to
+text), and Hugging Face dataset folders (the ``.arrow`` shards ``datasets.save_to_disk`` writes,
+or ``.parquet`` shards).
+
+Every record becomes one row: the text (``text_column``), a stable ``source_id`` (``<file>:<line>``
+for JSONL/CSV, ``<file>:<row>`` for dataset shards, the WARC-Record-ID for WARC/WET), ``url`` and
+``date`` where the format has them, and ``metadata`` (JSON: the record's other fields, or the
+extractor's findings such as the title and the detected encoding). A record that cannot be used is
+counted by reason (``removed.invalid_json``, ``no_text``, ``not_html``, ``no_text_extracted``, ...)
+and never dropped silently. A file that cannot be read at all (truncated gzip, not a WARC) fails
+with its name, unless tolerated with ``--max-failed-files``.
+
+Files are read as streams (remote ones with range reads), in batches of ``batch_records``.
+HTML is turned into text by Resiliparse (``extractor='resiliparse'``, chosen by measurement:
+docs/transforms/ingest.md) or trafilatura.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+from dataclasses import dataclass
+from typing import IO, Any, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from prepline.config import TransformConfig, param
+from prepline.context import short_error
+from prepline.errors import ConfigError, InputError
+from prepline.registry import register
+from prepline.transform import FileTask, Output, PhaseContext, Transform
+
+JSONL = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".ndjson", ".ndjson.gz", ".ndjson.zst")
+CSV = (".csv", ".tsv", ".csv.gz", ".tsv.gz")
+WARC = (".warc", ".warc.gz", ".wet", ".wet.gz")
+SHARDS = (".arrow", ".parquet")
+ERROR = "_error"  # reason a record is not usable (dropped and counted by the transform)
+_FIX = "fix or remove the file, or pass --max-failed-files N to skip up to N bad files"
+
+
+@dataclass(frozen=True)
+class IngestConfig(TransformConfig):
+    text_column: str = param("contents", "output column for the text")
+    text_field: str = param("text", "field (JSONL, CSV, dataset shards) holding the text")
+    id_field: str = param("", "field with the record's own id for source_id ('' : <file>:<line or row>)")
+    url_field: str = param("url", "field with the URL, if any (WARC/WET: the record's target URI)")
+    date_field: str = param("date", "field with the date, if any (WARC/WET: WARC-Date)")
+    extractor: str = param("resiliparse", "HTML to text for WARC response records", choices=("resiliparse", "trafilatura"))
+    batch_records: int = param(10000, "records per batch (memory does not follow the file size)", min=1)
+
+    def validate(self) -> None:
+        if not self.text_column or not self.text_field:
+            raise ConfigError("text_column and text_field must not be empty", "name the columns, e.g. --text-column contents")
+
+
+class _Batch:
+    """Rows of one batch, column by column."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list] = {k: [] for k in ("text", "source_id", "url", "date", "metadata", ERROR)}
+
+    def add(self, source_id: str, text: str | None = None, url: Any = None, date: Any = None, meta: dict | None = None, error: str | None = None) -> None:
+        c = self.cols
+        c["text"].append(text if error is None else None)
+        c["source_id"].append(source_id)
+        c["url"].append(None if url is None else str(url))
+        c["date"].append(None if date is None else str(date))
+        c["metadata"].append(json.dumps(meta, ensure_ascii=False, default=str, sort_keys=True) if meta else None)
+        c[ERROR].append(error)
+
+    def __len__(self) -> int:
+        return len(self.cols["source_id"])
+
+    def table(self, text_column: str) -> pa.Table:
+        names = {"text": text_column}
+        return pa.table({names.get(k, k): pa.array(v, pa.string()) for k, v in self.cols.items()})
+
+
+@register
+class Ingest(Transform):
+    name = "ingest"
+    Config = IngestConfig
+    summary = "JSONL(.gz/.zst), CSV/TSV, WARC/WET (HTML to text) and HF dataset shards to Parquet"
+    input_suffixes = JSONL + CSV + WARC + SHARDS
+
+    def output_rel(self, rel: str) -> str:
+        return rel if rel.endswith(".parquet") else rel + ".parquet"
+
+    def setup(self, ctx: PhaseContext) -> None:
+        from prepline.transforms.ingest_html import make_extractor
+
+        self._extract = make_extractor(self.config.extractor)
+
+    # -- reading ---------------------------------------------------------------------------------
+    def read_batches(self, task: FileTask, ctx: PhaseContext) -> Iterator[pa.Table]:
+        rel = task.rel
+        if task.size == 0:
+            raise InputError(f"{task.path}: file is empty (0 bytes)", _FIX)
+        if rel.endswith(SHARDS):
+            yield from _file_errors(task, self._read_shards(task, ctx))
+            return
+        reader = self._read_warc if rel.endswith(WARC) else self._read_csv if rel.endswith(CSV) else self._read_jsonl
+        batch = _Batch()
+        f = ctx.input.open_input(rel, task.size)
+        try:
+            for _ in _file_errors(task, reader(task, f, batch)):
+                if len(batch) >= self.config.batch_records:
+                    yield batch.table(self.config.text_column)
+                    batch = _Batch()
+        finally:
+            f.close()
+        yield batch.table(self.config.text_column)
+
+    def _fields(self, rec: dict, sid: str, batch: _Batch) -> None:
+        c = self.config
+        text = rec.get(c.text_field)
+        if not isinstance(text, str):
+            batch.add(sid, error="no_text" if text is None else "text_not_a_string")
+            return
+        if c.id_field and rec.get(c.id_field) not in (None, ""):
+            sid = str(rec[c.id_field])
+        others = {k: v for k, v in rec.items() if k not in (c.text_field, c.id_field, c.url_field, c.date_field)}
+        batch.add(sid, text, rec.get(c.url_field), rec.get(c.date_field), others)
+
+    def _read_jsonl(self, task: FileTask, f: IO[bytes], batch: _Batch) -> Iterator[None]:
+        for line_no, line in enumerate(_decompressed(task.rel, f), 1):
+            if not line.strip():
+                continue  # blank lines are not records
+            sid = f"{task.rel}:{line_no}"
+            try:
+                rec = json.loads(line)
+            except (ValueError, UnicodeDecodeError) as e:
+                batch.add(sid, error="bad_encoding" if isinstance(e, UnicodeDecodeError) else "invalid_json")
+                yield
+                continue
+            if isinstance(rec, dict):
+                self._fields(rec, sid, batch)
+            else:
+                batch.add(sid, error="not_an_object")
+            yield
+
+    def _read_csv(self, task: FileTask, f: IO[bytes], batch: _Batch) -> Iterator[None]:
+        text = io.TextIOWrapper(_decompressed(task.rel, f), encoding="utf-8", newline="")
+        delimiter = "\t" if ".tsv" in task.rel else ","
+        reader = csv.DictReader(text, delimiter=delimiter)
+        if reader.fieldnames is None or self.config.text_field not in reader.fieldnames:
+            raise InputError(
+                f"{task.path}: no column '{self.config.text_field}' in the header ({', '.join(reader.fieldnames or []) or 'empty'})",
+                "set text_field to the column holding the text",
+            )
+        for rec in reader:
+            sid = f"{task.rel}:{reader.line_num}"
+            if None in rec:  # more cells than header names
+                batch.add(sid, error="extra_cells")
+            else:
+                self._fields(rec, sid, batch)
+            yield
+
+    def _read_warc(self, task: FileTask, f: IO[bytes], batch: _Batch) -> Iterator[None]:
+        from prepline.transforms.ingest_html import warc_records
+
+        for rec in warc_records(f, self._extract):
+            batch.add(rec.record_id, rec.text, rec.url, rec.date, rec.meta, rec.error)
+            yield
+
+    def _read_shards(self, task: FileTask, ctx: PhaseContext) -> Iterator[pa.Table]:
+        from prepline.transforms.ingest_html import shard_batches
+
+        c = self.config
+        row = 0
+        for rb in shard_batches(ctx.input, task, c.batch_records):
+            if c.text_field not in rb.schema.names:
+                raise InputError(f"{task.path}: no column '{c.text_field}' (columns: {', '.join(rb.schema.names)})", "set text_field to the column holding the text")
+            batch = _Batch()
+            for i, rec in enumerate(rb.to_pylist()):
+                self._fields(rec, f"{task.rel}:{row + i}", batch)
+            row += rb.num_rows
+            yield batch.table(c.text_column)
+        if row == 0:
+            yield _Batch().table(c.text_column)
+
+    # -- the map ---------------------------------------------------------------------------------
+    def transform(self, table: pa.Table, task: FileTask) -> Output:
+        err = table.column(ERROR)
+        removed = {k["values"]: int(k["counts"]) for k in pc.value_counts(err.drop_null()).to_pylist()} if err.null_count < len(err) else {}
+        keep = table.filter(pc.is_null(err)) if removed else table
+        return Output.of(keep.drop_columns([ERROR]), removed=removed)
+
+
+def _decompressed(rel: str, f: IO[bytes]) -> IO[bytes]:
+    if rel.endswith(".gz"):
+        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+    if rel.endswith(".zst"):
+        import zstandard
+
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True))  # type: ignore[arg-type]
+    return f
+
+
+def _file_errors(task: FileTask, records: Iterator) -> Iterator:
+    """Pass records on; a broken file (truncated gzip, bad zstd frame, not a WARC) fails with its name."""
+    try:
+        yield from records
+    except (OSError, EOFError, ValueError, UnicodeDecodeError, csv.Error) as e:
+        from prepline.data_access import is_transient
+
+        if is_transient(e):
+            raise
+        raise InputError(f"{task.path}: cannot be read as {_kind(task.rel)} ({type(e).__name__}: {short_error(e)})", _FIX) from None
+
+
+def _kind(rel: str) -> str:
+    for kinds, name in ((JSONL, "JSONL"), (CSV, "CSV/TSV"), (WARC, "WARC/WET")):
+        if rel.endswith(kinds):
+            return name + (" (compressed)" if rel.endswith((".gz", ".zst")) else "")
+    return "a dataset shard"
