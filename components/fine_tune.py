@@ -2,9 +2,9 @@
 
 A thin, typed KFP lightweight component (like :mod:`prepline.components.ray_stage`): its body
 imports prepline and calls :func:`prepline.train.step.fine_tune`, where the logic lives and is
-tested without KFP. It runs in the launcher image; ``mode='local'`` trains in a subprocess of the
-step (the image then needs the ``train`` extra: torch), ``mode='cluster'`` creates a Kubeflow
-Trainer TrainJob whose trainer image has it.
+tested without KFP. It runs in the trainer image (the Ray image plus torch and kfp):
+``mode='local'`` trains in a subprocess of the step, ``mode='cluster'`` creates a Kubeflow Trainer
+TrainJob whose nodes run the same image.
 """
 
 from typing import NamedTuple
@@ -12,9 +12,9 @@ from typing import NamedTuple
 from kfp import dsl
 from kfp.dsl import Markdown, Metrics, Model, Output
 
-from prepline.images import LAUNCHER_IMAGE
+from prepline.images import TRAINER_IMAGE
 
-_component = dsl.component(base_image=LAUNCHER_IMAGE, install_kfp_package=False)
+_component = dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
 
 
 @_component
@@ -31,6 +31,7 @@ def fine_tune(
     model: Output[Model],
     metrics: Output[Metrics],
     summary: Output[Markdown],
+    trainer_image: str = "",
 ) -> NamedTuple("FineTuned", [("model_uri", str), ("final_loss", float)]):
     """Train a causal LM on the token shards of the run's tokenization outputs (one per language of
     train_languages, or of languages when that is empty) into <work_root>/<run>/fine_tune: locally
@@ -42,7 +43,8 @@ def fine_tune(
     from prepline.data_access import open_location
     from prepline.train.step import fine_tune as run, summary_markdown
 
-    s = run(mode, work_root, run_id, languages, train_languages, train_params_json, trainjob_json, s3_secret_name, timeout_seconds)
+    s = run(mode, work_root, run_id, languages, train_languages, train_params_json, trainjob_json, s3_secret_name, timeout_seconds,
+            image=trainer_image)
     src = open_location(s["model"])
     dst = open_location(model.path)
     for f in src.list_all():

@@ -2,8 +2,8 @@
 
 Thin, typed KFP lightweight components: each body imports prepline and calls one function of
 :mod:`prepline.stages`, where the logic lives and is unit-tested without KFP. All of them run in
-the launcher image (one tag constant, :mod:`prepline.images`); nothing here reads the
-environment at compile time.
+the launcher image (:mod:`prepline.images`; the pipelines set it from their ``launcher_image``
+parameter); nothing here reads the environment at compile time.
 """
 
 
@@ -48,12 +48,15 @@ def prepare_args(
 @_component
 def start_ray_cluster(
     provider: str, provider_json: str, cluster_json: str, overrides_json: str, run_id: str, stage: str, branch: str,
-    timeout_seconds: int,
+    timeout_seconds: int, ray_image: str = "", s3_secret_name: str = "",
 ) -> str:
-    """Create the stage's Ray cluster (KubeRay, or a local Ray head) and wait until it accepts jobs."""
+    """Create the stage's Ray cluster (KubeRay, or a local Ray head) and wait until it accepts jobs; fail
+    at once with the reason when it cannot start. Its pods run ``ray_image`` (unless cluster_json names
+    an image) and get every key of ``s3_secret_name`` (unless cluster_json sets env_from_secrets)."""
     from prepline.stages import start
 
-    return start(provider, provider_json, cluster_json, run_id, stage, branch, timeout_seconds, overrides_json)
+    return start(provider, provider_json, cluster_json, run_id, stage, branch, timeout_seconds, overrides_json,
+                 image=ray_image, s3_secret_name=s3_secret_name)
 
 
 @_component

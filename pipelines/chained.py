@@ -3,10 +3,12 @@
 Same stages, order and per-language ``ParallelFor`` as :func:`prepline.pipelines.factory.super_pipeline`
 (its ``super_stages()``, ``default_overrides()`` and ``DEFAULT_*`` constants; its closing fine_tune
 fan-in is a plain step of the parent run here), but each data stage is one
-``run_pipeline`` step that starts the stage's *uploaded* simple pipeline (its compiled name, e.g.
-``doc-id``) as a child run and waits for it. Upload the simple pipelines first::
+``run_pipeline`` step that starts the stage's *uploaded* simple pipeline as a child run and waits
+for it. The stage pipelines are looked up under the name the KFP UI's upload dialog gives them,
+the file stem (``doc_id``); a pipeline uploaded under its compiled name (``doc-id``, what
+``prepline kfp upload`` uses: KFP pipeline names take no ``_``) is found too. Upload them first::
 
-    for f in compiled/pipelines/*.yaml; do prepline kfp upload "$f"; done
+    for f in compiled/pipelines/*.yaml; do prepline kfp upload "$f"; done   # or the UI's upload dialog
 
 Children get the parent's values of the parameters they share (input_path, work_root,
 overrides_json, provider, cluster_json, ...), read by ``run_pipeline`` from the parent run
@@ -23,20 +25,22 @@ from kfp import dsl, kubernetes
 
 from prepline import stage_params
 from prepline.components.run_pipeline import run_pipeline
-from prepline.pipelines.factory import SUPER_HELP, make_pipeline, stage_component_name, super_defaults, super_summary, wire_super
+from prepline.images import DEFAULT as DEFAULT_IMAGES
+from prepline.images import ImageSet
+from prepline.pipelines.factory import SUPER_HELP, in_image, make_pipeline, super_defaults, super_summary, wire_super
 
 KFP_SECRET_KEYS = {"KF_PIPELINES_TOKEN": "KF_PIPELINES_TOKEN"}
 PIPELINE_NAME = "prepline-super-chained"
 
 
 @lru_cache(maxsize=None)
-def chained_super_pipeline():
+def chained_super_pipeline(images: ImageSet = DEFAULT_IMAGES):
     def build(**a):
         parent = dsl.PIPELINE_JOB_ID_PLACEHOLDER
 
         def stage(name: str, input_stage: str, lang, from_split: bool):
             t = run_pipeline(
-                pipeline_name=stage_component_name(name),
+                pipeline_name=name,  # the file stem: what the KFP UI's upload dialog names it
                 parameters={"input_stage": input_stage, "input_from_split": from_split},
                 pipeline_version=a["stage_pipeline_version"],
                 parent_run_id=parent,
@@ -49,6 +53,7 @@ def chained_super_pipeline():
                 namespace=a["kfp_namespace"],
             )
             t.set_caching_options(False)  # a stage's effect is its child run and output folder
+            in_image(t, a["launcher_image"])
             kubernetes.use_secret_as_env(t, secret_name=a["kfp_token_secret"], secret_key_to_env=KFP_SECRET_KEYS, optional=True)
             return t
 
@@ -62,4 +67,4 @@ def chained_super_pipeline():
                          "prepline super pipeline chained through the KFP API: one child run per stage, per-language branches",
                          super_summary("The SDK-chained super pipeline",
                                        "; each stage starts its uploaded simple pipeline as a child run and waits for it"),
-                         stage_params.CHAINED, build, super_defaults(), descriptions)
+                         stage_params.CHAINED, build, super_defaults(images), descriptions)

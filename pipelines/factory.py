@@ -3,7 +3,10 @@ that nests them (doc_id → exact_dedup → fuzzy_dedup → lang_id → Parallel
 HAP → filter → tokenization}). Stages not in the registry are left out, never stubbed.
 
 No hand-written pipeline per transform, no environment read at compile time: the compiled YAML
-depends only on the registry and these functions.
+depends only on the registry, these functions and the one image setting (``ImageSet``: registry
+and tag). Every task's image is a pipeline parameter (``launcher_image``, ``trainer_image``;
+``task.set_container_image``, resolved by the KFP driver, backend >= 2.4) whose default is that
+setting; ``ray_image`` goes to the clusters the same way.
 """
 
 import json
@@ -14,7 +17,9 @@ from kfp import dsl, kubernetes
 from prepline import registry, stage_params
 from prepline.components.fine_tune import fine_tune
 from prepline.components.ray_stage import execute_ray_job, prepare_args, start_ray_cluster, stop_ray_cluster
-from prepline.stage_params import DEFAULT_INPUT, DEFAULT_LANGUAGES, DEFAULT_S3_SECRET, DEFAULT_WORK_ROOT  # noqa: F401 (re-exported)
+from prepline.images import DEFAULT as DEFAULT_IMAGES
+from prepline.images import ImageSet
+from prepline.stage_params import DEFAULT_LANGUAGES, DEFAULT_S3_SECRET  # noqa: F401 (re-exported)
 
 S3_SECRET_KEYS = {"AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY",
                   "PREPLINE_S3_ENDPOINT": "PREPLINE_S3_ENDPOINT"}
@@ -60,13 +65,19 @@ def make_pipeline(name: str, func_name: str, description: str, summary: str, par
     return dsl.pipeline(name=name, description=description)(body)
 
 
+def in_image(task, image):
+    """Run ``task`` in ``image`` (a pipeline parameter: the KFP driver resolves it)."""
+    return task.set_container_image(image)
+
+
 @lru_cache(maxsize=None)
-def simple_pipeline(transform: str):
+def simple_pipeline(transform: str, images: ImageSet = DEFAULT_IMAGES):
     """The simple pipeline of one transform: prepare_args → start → run, with stop as the exit task."""
     cls = registry.get(transform)
 
     def build(input_path, work_root, params_json, overrides_json, branch, input_stage, input_from_split, provider,
-              provider_json, cluster_json, max_failed_files, timeout_seconds, start_timeout_seconds, s3_secret_name, run_id):
+              provider_json, cluster_json, max_failed_files, timeout_seconds, start_timeout_seconds, s3_secret_name, run_id,
+              launcher_image, ray_image):
         job_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
         common = dict(provider=provider, provider_json=provider_json, cluster_json=cluster_json, overrides_json=overrides_json,
                       run_id=job_id, stage=transform, branch=branch)
@@ -78,7 +89,8 @@ def simple_pipeline(transform: str):
                 stage=transform, branch=branch, input_path=input_path, input_stage=input_stage,
                 input_from_split=input_from_split, cluster_json=cluster_json, run_id_override=run_id,
             ).set_display_name(f"prepare {transform}")
-            start = start_ray_cluster(**common, timeout_seconds=start_timeout_seconds).after(prep)
+            start = start_ray_cluster(**common, timeout_seconds=start_timeout_seconds, ray_image=ray_image,
+                                      s3_secret_name=s3_secret_name).after(prep)
             start.set_display_name(f"start cluster ({transform})")
             _with_s3_secret(start, s3_secret_name)
             run = execute_ray_job(
@@ -90,10 +102,11 @@ def simple_pipeline(transform: str):
             _with_s3_secret(run, s3_secret_name)
             for t in (prep, start, run, stop):
                 t.set_caching_options(False)  # a stage's effect is its output folder, not a KFP artifact
+                in_image(t, launcher_image)
 
     summary = f"{transform}: {cls.summary}.\n\nTransform parameters (params_json):\n{_params_table(transform)}"
     return make_pipeline(stage_component_name(transform), transform, f"prepline {transform}: {cls.summary}", summary,
-                         stage_params.STAGE, build)
+                         stage_params.STAGE, build, stage_params.image_defaults(images))
 
 
 def super_stages() -> tuple[list[str], list[str]]:
@@ -122,9 +135,10 @@ def default_filter_criteria() -> list[str]:
     return crit
 
 
-def super_defaults() -> dict:
+def super_defaults(images: ImageSet = DEFAULT_IMAGES) -> dict:
     """The super pipelines' parameter defaults that differ from :mod:`prepline.stage_params`."""
-    return {"overrides_json": json.dumps(default_overrides(), sort_keys=True), "train_params_json": json.dumps(DEFAULT_TRAIN_PARAMS)}
+    return {"overrides_json": json.dumps(default_overrides(), sort_keys=True), "train_params_json": json.dumps(DEFAULT_TRAIN_PARAMS),
+            **stage_params.image_defaults(images)}
 
 
 #: super pipelines' descriptions that differ from the stage ones
@@ -157,9 +171,10 @@ def wire_super(stage, a: dict, run_id) -> None:
         ft = fine_tune(
             mode=a["train_mode"], work_root=a["work_root"], run_id=run_id, languages=a["languages"],
             train_languages=a["train_languages"], train_params_json=a["train_params_json"], trainjob_json=a["trainjob_json"],
-            s3_secret_name=a["s3_secret_name"], timeout_seconds=a["train_timeout_seconds"],
+            s3_secret_name=a["s3_secret_name"], timeout_seconds=a["train_timeout_seconds"], trainer_image=a["trainer_image"],
         ).after(bprev)
         ft.set_display_name("fine_tune").set_caching_options(False)
+        in_image(ft, a["trainer_image"])
         _with_s3_secret(ft, a["s3_secret_name"])
 
 
@@ -169,26 +184,26 @@ def super_summary(head: str, tail: str = "") -> str:
 
 
 @lru_cache(maxsize=None)
-def super_pipeline():
+def super_pipeline(images: ImageSet = DEFAULT_IMAGES):
     def build(**a):
         shared = {k: a[k] for k in stage_params.SHARED}
 
         def stage(s, input_stage, lang, from_split):
             branched = {} if lang is None else {"branch": lang, "input_from_split": from_split}
-            return simple_pipeline(s)(input_path=a["input_path"], input_stage=input_stage, **branched, **shared)
+            return simple_pipeline(s, images)(input_path=a["input_path"], input_stage=input_stage, **branched, **shared)
 
         wire_super(stage, a, dsl.PIPELINE_JOB_ID_PLACEHOLDER)
 
     return make_pipeline("prepline-super", "super_pipeline",
                          "prepline super pipeline: every stage, one cluster per stage, per-language branches",
-                         super_summary("The super pipeline"), stage_params.SUPER, build, super_defaults(), SUPER_HELP)
+                         super_summary("The super pipeline"), stage_params.SUPER, build, super_defaults(images), SUPER_HELP)
 
 
-def pipelines() -> dict:
-    """Every pipeline by its name (the compiled file stem)."""
+def pipelines(images: ImageSet = DEFAULT_IMAGES) -> dict:
+    """Every pipeline by its name (the compiled file stem), its images from ``images``."""
     from prepline.pipelines.chained import chained_super_pipeline
 
-    out = {t: simple_pipeline(t) for t in registry.names()}
-    out["super"] = super_pipeline()
-    out["super_chained"] = chained_super_pipeline()
+    out = {t: simple_pipeline(t, images) for t in registry.names()}
+    out["super"] = super_pipeline(images)
+    out["super_chained"] = chained_super_pipeline(images)
     return out

@@ -26,7 +26,7 @@ ORDER = ["ingest", "doc_id", "exact_dedup", "fuzzy_dedup", "lang_id", "doc_quali
 #: parameters a transform needs beyond its defaults to run on this corpus
 PARAMS = {
     "filter": {"criteria": ["length(trim(contents)) >= 20"]},
-    "tokenization": {"vocab_size": 300, "seq_len": 16, "shard_sequences": 8},
+    "tokenization": {"vocab_size": 300},
 }
 
 EN = [

@@ -1,40 +1,50 @@
 #!/usr/bin/env bash
-# Build the runtime images (and push them with --push). Tags come from src/prepline/images.py, the
-# Ray and Python versions from pyproject.toml; they reach the Dockerfiles as build args.
+# Build the runtime images (ray, trainer FROM ray, launcher), push them with --push, and compile the
+# pipelines and the Elyra catalog for them: one registry and one tag for everything. Tags come from
+# src/prepline/images.py (ImageSet), the Ray and Python versions from pyproject.toml; they reach the
+# Dockerfiles as build args.
 #
-#   bash scripts/build_images.sh              # build both images
-#   bash scripts/build_images.sh --push       # build and push (docker login to the registry first)
-#   bash scripts/build_images.sh --only ray   # or: --only launcher
-#   bash scripts/build_images.sh --dry-run    # print the docker commands, run nothing (no Docker needed)
+#   bash scripts/build_images.sh                                   # build the three images (default registry/tag)
+#   bash scripts/build_images.sh --registry ghcr.io/me --tag 0.1.0 --push
+#                       # build, push, then `prepline compile --registry ghcr.io/me --tag 0.1.0` (compiled/, elyra_templates/)
+#   bash scripts/build_images.sh --only trainer                    # or ray / launcher (trainer needs the ray image)
+#   bash scripts/build_images.sh --dry-run ...                     # print the commands, run nothing (no Docker needed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-push=0 dry=0 only=""
+push=0 dry=0 only="" registry="" tag=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --push) push=1 ;;
     --dry-run) dry=1 ;;
-    --only) only="${2:?--only needs ray or launcher}"; shift ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --only) only="${2:?--only needs ray, trainer or launcher}"; shift ;;
+    --registry) registry="${2:?--registry needs a registry/prefix, e.g. ghcr.io/my-org}"; shift ;;
+    --tag) tag="${2:?--tag needs a tag, e.g. 0.1.0}"; shift ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "build_images: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
-case "$only" in ""|ray|launcher) ;; *) echo "build_images: --only takes ray or launcher, not '$only'" >&2; exit 2 ;; esac
+case "$only" in ""|ray|trainer|launcher) ;; *) echo "build_images: --only takes ray, trainer or launcher, not '$only'" >&2; exit 2 ;; esac
 
 PY="${PYTHON:-python3}"
-# KEY=VALUE lines from the one tag module and the pins (Python >= 3.11 for tomllib; no install needed)
-vars="$("$PY" - <<'EOF'
-import re, shlex, sys, tomllib
+# KEY=VALUE lines from the one image setting and the pins (Python >= 3.11 for tomllib; no install needed)
+vars="$(REGISTRY="$registry" TAG="$tag" "$PY" - <<'EOF'
+import os, re, shlex, sys, tomllib
 sys.path.insert(0, "src")
 from prepline import images
+from prepline.errors import PreplineError
 
+try:
+    s = images.ImageSet(os.environ["REGISTRY"] or images.REGISTRY, os.environ["TAG"] or images.VERSION)
+except PreplineError as e:
+    sys.exit(f"build_images: {e.message} ({e.fix})")
 proj = tomllib.load(open("pyproject.toml", "rb"))["project"]
 (ray_pin,) = [r for r in proj["optional-dependencies"]["ray"] if r.startswith("ray")]
 ray_version = re.fullmatch(r"ray(\[[^\]]*\])?==([0-9.]+)", ray_pin).group(2)
 py = re.fullmatch(r">=(3\.\d+),<3\.\d+", proj["requires-python"]).group(1)
-for k, v in {"RAY_IMAGE": images.RAY_IMAGE, "LAUNCHER_IMAGE": images.LAUNCHER_IMAGE, "VERSION": images.VERSION,
-             "RAY_VERSION": ray_version, "PYTHON_VERSION": py, "PYTHON_TAG": "py" + py.replace(".", "")}.items():
+for k, v in {"RAY_IMAGE": s.ray, "TRAINER_IMAGE": s.trainer, "LAUNCHER_IMAGE": s.launcher, "REGISTRY": s.registry, "TAG": s.tag,
+             "VERSION": images.VERSION, "RAY_VERSION": ray_version, "PYTHON_VERSION": py, "PYTHON_TAG": "py" + py.replace(".", "")}.items():
     print(f"{k}={shlex.quote(v)}")
 EOF
 )"
@@ -65,11 +75,21 @@ if [ -z "$only" ] || [ "$only" = ray ]; then
     --build-arg "RAY_VERSION=$RAY_VERSION" --build-arg "PYTHON_TAG=$PYTHON_TAG" .
   if [ "$push" -eq 1 ]; then run docker push "$RAY_IMAGE"; fi
 fi
+if [ -z "$only" ] || [ "$only" = trainer ]; then
+  run docker build -f runtime_images/trainer/Dockerfile -t "$TRAINER_IMAGE" \
+    --build-arg "IMAGE=$TRAINER_IMAGE" --build-arg "PREPLINE_VERSION=$VERSION" --build-arg "RAY_IMAGE=$RAY_IMAGE" .
+  if [ "$push" -eq 1 ]; then run docker push "$TRAINER_IMAGE"; fi
+fi
 if [ -z "$only" ] || [ "$only" = launcher ]; then
   run docker build -f runtime_images/launcher/Dockerfile -t "$LAUNCHER_IMAGE" \
     --build-arg "IMAGE=$LAUNCHER_IMAGE" --build-arg "PREPLINE_VERSION=$VERSION" \
     --build-arg "PYTHON_VERSION=$PYTHON_VERSION" .
   if [ "$push" -eq 1 ]; then run docker push "$LAUNCHER_IMAGE"; fi
+fi
+if [ -n "$registry$tag" ]; then
+  # the pipelines and the Elyra catalog for these images (their image parameters' defaults, the components' images)
+  PREPLINE="${PREPLINE:-.venv/bin/prepline}"
+  run "$PREPLINE" compile --registry "$REGISTRY" --tag "$TAG"
 fi
 if [ "${nodocker:-0}" -eq 1 ]; then
   exit 1

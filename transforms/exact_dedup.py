@@ -25,8 +25,9 @@ import pyarrow.compute as pc
 from prepline import hashing
 from prepline.config import TransformConfig, param
 from prepline.registry import register
+from prepline.errors import InputError
 from prepline.sharded import read_all, read_partition, shard_of_keys, write_partitioned
-from prepline.transform import Column, FileTask, Output, Phase, Transform
+from prepline.transform import Column, FileTask, Output, Phase, Transform, require_unique_ids
 
 REASON = "exact_duplicate"
 
@@ -72,6 +73,7 @@ class ExactDedup(Transform):
         table = ctx.read_input(task, self, [c.content_column, c.id_column])
         keys = self._keys(table.column(c.content_column))
         ids = table.column(c.id_column).to_numpy()
+        require_unique_ids(ids, task.path, c.id_column)
         ctx.work.write_parquet(f"keys/{task.rel}", _key_table(keys, ids))
         # distinct keys of this file: smallest id and count per key, partitioned by key
         g = _key_table(keys, ids).group_by(["h", "l"]).aggregate([("id", "min"), ("id", "count")])
@@ -83,6 +85,14 @@ class ExactDedup(Transform):
         t = read_partition(ctx.work, "distinct", shard)
         if t is None:
             return {"keys": 0, "duplicate_keys": 0}
+        again = t.group_by(["h", "l", "id_min"]).aggregate([("id_count", "count")])  # one row per file
+        again = again.filter(pc.greater(again.column("id_count_count"), 1))
+        if again.num_rows:  # the same text with the same id in two files: both copies would be kept
+            raise InputError(
+                f"id {again.column('id_min')[0].as_py()} of column '{self.config.id_column}' belongs to more than one "
+                "document (the same text in different files: a file copied twice?)",
+                "run doc_id first (it numbers every document), or set id_column to a unique int64 column",
+            )
         g = t.group_by(["h", "l"]).aggregate([("id_min", "min"), ("id_count", "sum")])
         dup = g.filter(pc.greater(g.column("id_count_sum"), 1))
         dup = dup.select(["h", "l", "id_min_min"]).rename_columns(["h", "l", "keep"])

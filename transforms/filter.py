@@ -7,7 +7,13 @@ row is counted once, under the first criterion it fails (``removed.criterion_<i>
 counts add up; how many rows failed each criterion is in the counters.
 
 The SQL runs in a locked-down DuckDB: no file, network or extension access, configuration
-locked, one statement, so a criterion cannot read ``/etc/passwd`` or a bucket.
+locked, one statement, so a criterion cannot read ``/etc/passwd`` or a bucket. Before that, each
+criterion is parsed by DuckDB's own parser (``json_serialize_sql``) and its syntax tree checked:
+the only table it may name is the file's rows (``docs``, e.g. in a subquery); table functions
+(``query(...)``, ``query_table``, ``read_csv``, ``duckdb_settings()``, ``pragma_database_list``,
+...) and functions that read settings or the environment (``current_setting``, ``version``, ...)
+are refused; comments and ``;`` outside quoted text are refused (quoted text may hold anything,
+``--`` and ``/*`` included).
 """
 
 from __future__ import annotations
@@ -25,6 +31,64 @@ from prepline.registry import register
 from prepline.transform import FileTask, Output, Transform
 
 TABLE = "docs"
+#: scalar functions that read the session, its settings or the machine rather than the row
+DENIED_FUNCTIONS = frozenset({"current_setting", "version", "getenv", "user", "session_user", "current_user", "current_role",
+                              "platform", "txid_current", "in_search_path", "which_secret", "sql_auto_complete"})
+DENIED_PREFIXES = ("current_", "duckdb_", "pragma_", "pg_", "has_", "read_", "parquet_", "json_serialize", "json_deserialize",
+                   "query", "glob", "load_", "install_", "checkpoint", "export_", "import_", "set_", "sniff_")
+_FIX_SQL = "use only the columns and plain functions (comparisons, length, regexp_matches, lower, ...) in a criterion"
+
+
+def check_criterion(i: int, c: str) -> None:
+    """Refuse what a criterion may not do, from DuckDB's own tokens and syntax tree (see the module doc)."""
+    import json
+
+    raw = c.encode()  # token positions are UTF-8 byte offsets
+    for pos, kind in duckdb.tokenize(c):
+        if kind == duckdb.token_type.comment or (kind == duckdb.token_type.operator and raw[pos:pos + 1] == b";"):
+            raise ConfigError(f"filter criterion {i} `{c}` contains ';' or a comment: one SQL expression only",
+                              "write a single boolean expression such as \"doc_length > 100\" (quoted text may hold anything)")
+    tree = json.loads(_parser().execute("SELECT json_serialize_sql(?)", [f"SELECT ({c}) FROM {TABLE}"]).fetchone()[0])
+    if tree.get("error"):
+        raise ConfigError(f"filter criterion {i} `{c}` is not valid SQL: {tree.get('error_message', '')}",
+                          "fix the expression (DuckDB SQL)")
+    if len(tree.get("statements", [])) != 1:
+        raise ConfigError(f"filter criterion {i} `{c}` is not one SQL expression", "write a single boolean expression")
+    for node in _nodes(tree["statements"][0]):
+        kind = node.get("type")
+        if kind == "TABLE_FUNCTION":
+            name = (node.get("function") or {}).get("function_name", "?")
+            raise ConfigError(f"filter criterion {i} `{c}` calls table function {name}(): not allowed in a criterion", _FIX_SQL)
+        if kind == "BASE_TABLE" and (node.get("table_name") != TABLE or node.get("schema_name") or node.get("catalog_name")):
+            raise ConfigError(f"filter criterion {i} `{c}` reads table {node.get('table_name')!r}: not allowed, a criterion "
+                              f"sees only the file's rows ({TABLE})", _FIX_SQL)
+        if node.get("class") == "FUNCTION" and not node.get("is_operator"):
+            name = str(node.get("function_name", "")).lower()
+            if name in DENIED_FUNCTIONS or name.startswith(DENIED_PREFIXES) or node.get("schema") or node.get("catalog"):
+                raise ConfigError(f"filter criterion {i} `{c}` calls {name}(): functions that read settings, the session "
+                                  "or other tables are not allowed", _FIX_SQL)
+
+
+def _nodes(x):
+    """Every dict in a parsed statement, depth first."""
+    if isinstance(x, dict):
+        yield x
+        for v in x.values():
+            yield from _nodes(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from _nodes(v)
+
+
+_PARSER: duckdb.DuckDBPyConnection | None = None
+
+
+def _parser() -> duckdb.DuckDBPyConnection:
+    """The locked-down connection used only to parse criteria (json_serialize_sql runs nothing)."""
+    global _PARSER
+    if _PARSER is None:
+        _PARSER = hashing.connect()
+    return _PARSER
 
 
 @dataclass(frozen=True)
@@ -37,11 +101,7 @@ class FilterConfig(TransformConfig):
         for i, c in enumerate(self.criteria, 1):
             if not c.strip():
                 raise ConfigError(f"filter criterion {i} is empty", "remove it or write an SQL expression")
-            if ";" in c or "--" in c or "/*" in c:
-                raise ConfigError(
-                    f"filter criterion {i} `{c}` contains ';' or a comment: one SQL expression only",
-                    "write a single boolean expression such as \"doc_length > 100\"",
-                )
+            check_criterion(i, c)
         if not self.criteria and not self.columns_to_drop:
             raise ConfigError("filter needs criteria or columns_to_drop", "pass --criteria \"<SQL expression>\" or --columns-to-drop COL")
 

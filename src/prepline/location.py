@@ -10,8 +10,9 @@ tell a flaky store from bad input:
 
 - :class:`FileNotFoundError` for a missing file (callers rely on it, e.g. to resume);
 - :class:`TransientStorageError` for what a retry may cure: timeouts, connection resets, 5xx,
-  throttling (:func:`is_transient` says the same of a raw library exception);
-- :class:`StorageError` (an ``InputError``) for everything else: a missing bucket, access denied.
+  throttling (:func:`prepline.objstore.is_transient` says the same of a raw library exception);
+- :class:`StorageDenied` (a ``ServiceError``, exit 5) for refused or missing credentials;
+- :class:`StorageError` (an ``InputError``) for everything else: a missing bucket.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from typing import IO, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from prepline.errors import InputError, PreplineError
+from prepline.errors import InputError, ServiceError, ServiceUnavailable
 
-#: how every Parquet file prepline writes is encoded (data, work files, outputs)
-PARQUET_WRITE_OPTIONS = dict(compression="zstd", row_group_size=64 * 1024, write_statistics=True)
+#: how every Parquet file prepline writes is encoded (data, work files, outputs); page checksums
+#: (CRC32) are written, and verified on every read (PARQUET_READ_OPTIONS): a corrupted page fails its file
+PARQUET_WRITE_OPTIONS = dict(compression="zstd", row_group_size=64 * 1024, write_statistics=True, write_page_checksum=True)
+PARQUET_READ_OPTIONS = dict(page_checksum_verification=True)
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,12 @@ class StorageError(InputError):
     """A storage call failed for a reason a retry will not cure (missing bucket, access denied)."""
 
 
-class TransientStorageError(PreplineError):
+class StorageDenied(ServiceError):
+    """The store refused the credentials or the request (403), or there are no credentials at all:
+    nothing a retry or another input file cures (exit 5, never tolerated as a bad input file)."""
+
+
+class TransientStorageError(ServiceUnavailable):
     """A storage call failed for a reason a retry may cure: timeout, reset, 5xx, throttling.
 
     Raised after the layer's own bounded retries (``PREPLINE_S3_MAX_ATTEMPTS``) ran out. Not an
@@ -51,13 +59,6 @@ class TransientStorageError(PreplineError):
     def __init__(self, message: str, fix: str | None = None, cause: BaseException | None = None):
         super().__init__(message, fix)
         self.cause = cause
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True when ``exc`` (or an exception it was raised from) is one a retry may cure."""
-    from prepline.objstore import transient_cause
-
-    return transient_cause(exc) is not None
 
 
 def hidden(rel: str) -> bool:
@@ -105,9 +106,12 @@ class Location:
         raise NotImplementedError
 
     def sub(self, rel: str) -> "Location":
-        from prepline.data_access import open_location
+        """The folder ``rel`` below this one, as a location of the same kind."""
+        return self.at(self.path(rel))
 
-        return open_location(self.path(rel))
+    def at(self, uri: str) -> "Location":
+        """A location of the same kind (and settings) rooted at ``uri``."""
+        raise NotImplementedError
 
     # -- streams ------------------------------------------------------------------------------
     def open_input(self, rel: str, size: int | None = None) -> IO[bytes] | pa.NativeFile:
@@ -125,7 +129,7 @@ class Location:
     # -- Parquet ------------------------------------------------------------------------------
     def parquet_file(self, rel: str, size: int | None = None) -> pq.ParquetFile:
         """Open a Parquet file: the footer (schema, row counts) is read first, data on demand."""
-        return pq.ParquetFile(self.open_input(rel, size), buffer_size=1 << 20)  # pages streamed, not whole chunks
+        return pq.ParquetFile(self.open_input(rel, size), buffer_size=1 << 20, **PARQUET_READ_OPTIONS)  # pages streamed
 
     def parquet_footer(self, rel: str, size: int) -> pq.ParquetFile:
         """The same, for schema checks on the driver (kept for callers that name it)."""

@@ -84,6 +84,11 @@ def build(
 ) -> dict[str, Any]:
     t = totals(files)
     t["files_failed"] = len(failures)
+    # documents of the failed (tolerated) input files, from their Parquet footers where readable:
+    # never in docs_in, never lost silently
+    known = [f["docs"] for f in failures.values() if isinstance(f.get("docs"), int)]
+    t["docs_in_failed_files"] = sum(known)
+    t["failed_files_docs_unknown"] = len(failures) - len(known)
     t["seconds"] = round(seconds, 3)
     t["docs_per_second"] = round(t["docs_in"] / seconds, 1) if seconds > 0 else None
     t["mb_per_second"] = round(t["bytes_in"] / 1e6 / seconds, 2) if seconds > 0 else None

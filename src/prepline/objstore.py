@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import IO, Iterator
 
 from prepline.errors import ConfigError, InputError
-from prepline.location import FileInfo, Location, StorageError, TransientStorageError
+from prepline.location import FileInfo, Location, StorageDenied, StorageError, TransientStorageError
 
 #: scheme -> (fsspec protocol, pip package that provides it)
 SCHEMES = {
@@ -177,8 +177,13 @@ def _error_code(e: BaseException) -> tuple[str | None, int | None]:
     return resp.get("Error", {}).get("Code"), resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
 
 
+def is_transient(exc: BaseException) -> bool:
+    """True when ``exc`` (or an exception it was raised from) is one a retry may cure."""
+    return transient_cause(exc) is not None
+
+
 def transient_cause(exc: BaseException) -> BaseException | None:
-    """The exception in ``exc``'s chain that a retry may cure (see :func:`prepline.location.is_transient`)."""
+    """The exception in ``exc``'s chain that a retry may cure (see :func:`is_transient`)."""
     types = _transient_types()
     for e in _chain(exc):
         if isinstance(e, TransientStorageError):
@@ -199,25 +204,39 @@ def _denied(exc: BaseException) -> bool:
     return any(isinstance(e, PermissionError) or _error_code(e)[0] in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch") for e in _chain(exc))
 
 
+def _no_credentials(exc: BaseException) -> bool:
+    return any(type(e).__name__ in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError") for e in _chain(exc))
+
+
 def translate(exc: BaseException, what: str, loc: "RemoteLocation") -> BaseException:
     """A storage library's exception as prepline's: transient, missing bucket, denied, missing file."""
-    if isinstance(exc, (TransientStorageError, InputError, ConfigError)):
+    if isinstance(exc, (TransientStorageError, StorageDenied, InputError, ConfigError)):
         return exc
     cause = transient_cause(exc)
     if cause is not None:
         return TransientStorageError(
-            f"{what}: storage did not answer in time or failed on its side ({type(cause).__name__}: {_first_line(cause)})",
-            "retry later; retries and timeouts: PREPLINE_S3_MAX_ATTEMPTS, PREPLINE_S3_CALL_RETRIES, "
-            "PREPLINE_S3_CONNECT_TIMEOUT, PREPLINE_S3_READ_TIMEOUT (docs/storage.md)",
+            f"{what}: {_endpoint(loc)} did not answer in time or failed on its side ({type(cause).__name__}: {_first_line(cause)})",
+            "check that the store is up and reachable, then rerun the same command: it resumes; retries and timeouts: "
+            "PREPLINE_S3_MAX_ATTEMPTS, PREPLINE_S3_CALL_RETRIES, PREPLINE_S3_CONNECT_TIMEOUT, PREPLINE_S3_READ_TIMEOUT (docs/storage.md)",
             cause=cause,
         )
     if _not_found_bucket(exc):
         return StorageError(f"{what}: bucket '{loc.bucket}' does not exist ({loc.uri})", "create it or fix the URI")
+    if _no_credentials(exc):
+        return StorageDenied(f"{what}: no S3 credentials found ({_first_line(exc)})",
+                             "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or an instance role)")
     if _denied(exc):
-        return StorageError(f"{what}: access denied ({_first_line(exc)})", "check the credentials (AWS_* variables, profile or role) and the bucket policy")
+        return StorageDenied(f"{what}: access denied by {_endpoint(loc)} ({_first_line(exc)})",
+                             "check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, profile or role) and the bucket policy")
     if isinstance(exc, FileNotFoundError):
         return FileNotFoundError(what)
     return exc
+
+
+def _endpoint(loc: "RemoteLocation") -> str:
+    if loc.scheme in ("s3", "s3a"):
+        return f"the object store at {S3Settings.from_env().endpoint or 'AWS S3'}"
+    return f"the {loc.scheme}:// store"
 
 
 def _first_line(e: BaseException) -> str:
@@ -241,6 +260,9 @@ def _translated(what: str, loc: "RemoteLocation") -> Iterator[None]:
 
 class RemoteLocation(Location):
     """A prefix on an object store (or the Hugging Face Hub), through one fsspec filesystem."""
+
+    def at(self, uri: str) -> "RemoteLocation":
+        return RemoteLocation(uri, self.scheme)
 
     def __init__(self, uri: str, scheme: str):
         rest = uri[len(scheme) + 3 :]
@@ -302,10 +324,8 @@ class RemoteLocation(Location):
         return int(info["size"]) if info.get("type") == "file" else None
 
     def parent_and_name(self) -> tuple[Location, str]:
-        from prepline.data_access import open_location
-
         head, _, name = self.prefix.rpartition("/")
-        return open_location(f"{self.scheme}://{self.bucket}/{head}".rstrip("/")), name
+        return self.at(f"{self.scheme}://{self.bucket}/{head}".rstrip("/")), name
 
     def read_bytes(self, rel: str) -> bytes:
         with _translated(f"reading {self.path(rel)}", self):
@@ -397,6 +417,9 @@ class S3Location(RemoteLocation):
 
     def __init__(self, uri: str):
         super().__init__("s3://" + uri.split("://", 1)[1], "s3")
+
+    def at(self, uri: str) -> "S3Location":
+        return S3Location(uri)
 
     @property
     def client(self):

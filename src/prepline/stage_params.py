@@ -8,13 +8,24 @@ this table, so a parameter reads the same in the KFP UI, in Elyra and in the doc
 from __future__ import annotations
 
 import inspect
+import json
 from dataclasses import dataclass
 from typing import Any
 
-#: defaults that work on one machine (kfp.local + a local Ray head per stage)
-DEFAULT_INPUT = "/tmp/prepline/sample"
-DEFAULT_WORK_ROOT = "/tmp/prepline/work"
+from prepline.images import DEFAULT as DEFAULT_IMAGES
+from prepline.images import ImageSet
+
+REQUIRED = inspect.Parameter.empty
 DEFAULT_LANGUAGES = ["en", "ja", "fr"]
+#: the compiled pipelines run on a cluster: Ray clusters from KubeRay, through its API server's
+#: in-cluster address (the Helm chart's Service ``kuberay-apiserver-service``, port 8888; install it
+#: in namespace ray-system as deploy/README.md shows, or pass provider_json). Local runs
+#: (``prepline pipeline run --local``, scripts/main.sh, tests) pass provider=local explicitly.
+DEFAULT_PROVIDER = "kuberay"
+DEFAULT_KUBERAY_SERVER = "http://kuberay-apiserver-service.ray-system.svc.cluster.local:8888"
+DEFAULT_PROVIDER_JSON = json.dumps({"server": DEFAULT_KUBERAY_SERVER})
+#: fine-tuning in the fine_tune step's own pod (the trainer image has torch); 'cluster' = a TrainJob
+DEFAULT_TRAIN_MODE = "local"
 #: S3 credentials reach the component pods from this Kubernetes secret (a pipeline parameter)
 DEFAULT_S3_SECRET = "prepline-s3"
 #: the bearer token for the KFP API reaches the chained pipeline's run_pipeline steps from this secret
@@ -34,10 +45,11 @@ class PipelineParam:
 
 
 _ALL = [
-    PipelineParam("input_path", str, DEFAULT_INPUT,
-                  "Input folder or s3:// URI of Parquet files (read by a first stage; ignored when input_stage is set)."),
-    PipelineParam("work_root", str, DEFAULT_WORK_ROOT,
-                  "Folder or s3:// URI under which every stage writes <work_root>/<run id>/[lang=<branch>/]<stage>."),
+    PipelineParam("input_path", str, REQUIRED,
+                  "Input folder or s3:// URI of Parquet files (read by a first stage; ignored when input_stage is set). Required."),
+    PipelineParam("work_root", str, REQUIRED,
+                  "s3:// URI (or a folder every step and Ray pod mounts) under which every stage writes "
+                  "<work_root>/<run id>/[lang=<branch>/]<stage>. Required."),
     PipelineParam("languages", list, DEFAULT_LANGUAGES,
                   "Language branches to run after lang_id (ISO codes as fastText gives them)."),
     PipelineParam("params_json", str, "{}", "The transform's parameters as a JSON object (see the table above); {} for the defaults."),
@@ -47,24 +59,35 @@ _ALL = [
     PipelineParam("input_stage", str, "", "Read the output of this earlier stage of the same run instead of input_path."),
     PipelineParam("input_from_split", bool, False,
                   "With input_stage: read its lang=<branch> sub-folder (the stage after lang_id's split)."),
-    PipelineParam("provider", str, "local",
-                  "Where the Ray cluster comes from: 'kuberay' (KubeRay API server) or 'local' (a Ray head in the step's machine)."),
-    PipelineParam("provider_json", str, "{}",
-                  'Provider options as JSON, e.g. {"server": "http://kuberay-apiserver:8888", "namespace": "kubeflow", "api_version": "v2"}.'),
+    PipelineParam("provider", str, DEFAULT_PROVIDER,
+                  "Where the Ray cluster comes from: 'kuberay' (a RayCluster through the KubeRay API server) or 'local' "
+                  "(a Ray head on the machine running the step: kfp.local only, the launcher image has no Ray)."),
+    PipelineParam("provider_json", str, DEFAULT_PROVIDER_JSON,
+                  'KubeRay options as JSON: server (the KubeRay API server), namespace (default: the step\'s own), '
+                  'api_version (v2 | v1), job_access (direct: the head service from inside the cluster | apiserver: '
+                  'through the API server, needs RBAC create on services/proxy), pending_grace_seconds (docs/cluster.md).'),
     PipelineParam("cluster_json", str, "{}",
-                  "Cluster resources as JSON: head/workers {cpu, memory, gpu, replicas}, image, env, env_from_secrets, "
-                  "tolerations, node_selector, labels, service_account, cpus_per_worker."),
+                  "Cluster resources as JSON: head/workers {cpu, memory, gpu, replicas}, image (default: ray_image), env, "
+                  "env_from_secrets (default: every key of s3_secret_name), tolerations, node_selector, labels, "
+                  "service_account, cpus_per_worker."),
     PipelineParam("max_failed_files", int, 0, "Input files allowed to fail (listed in metadata.json); the step fails beyond that."),
     PipelineParam("timeout_seconds", int, 86400, "Maximum run time of the Ray job."),
     PipelineParam("start_timeout_seconds", int, 900, "Maximum time to wait for the cluster to accept jobs."),
     PipelineParam("s3_secret_name", str, DEFAULT_S3_SECRET,
-                  "Kubernetes secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and optionally PREPLINE_S3_ENDPOINT) for the steps."),
+                  "Kubernetes secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and optionally PREPLINE_S3_ENDPOINT) for the "
+                  "steps and, unless cluster_json sets env_from_secrets, for the Ray head and workers ('' = none)."),
+    PipelineParam("launcher_image", str, DEFAULT_IMAGES.launcher,
+                  "Image of the pipeline's steps (prepline[kfp]); set at compile time by prepline compile --registry/--tag."),
+    PipelineParam("ray_image", str, DEFAULT_IMAGES.ray,
+                  "Image of the Ray head and workers (cluster_json's image wins); from prepline compile --registry/--tag."),
     PipelineParam("run_id", str, "",
                   "Run id under which the stage's paths are derived ('' = this run's own id); the SDK-chained super pipeline "
                   "passes its run id so every child run writes under the parent's work folder."),
     # the closing fine-tune step of the super pipelines
-    PipelineParam("train_mode", str, "local",
-                  "Fine-tuning at the end: 'local' (a subprocess of the step) or 'cluster' (a Kubeflow Trainer TrainJob)."),
+    PipelineParam("train_mode", str, DEFAULT_TRAIN_MODE,
+                  "Fine-tuning at the end: 'local' (in the fine_tune step's pod, trainer image) or 'cluster' (a Kubeflow Trainer TrainJob)."),
+    PipelineParam("trainer_image", str, DEFAULT_IMAGES.trainer,
+                  "Image of the fine_tune step and of the TrainJob's nodes (Ray image + torch; trainjob_json's image wins)."),
     PipelineParam("train_languages", list, [],
                   "Languages whose token shards train the model (a JSON list); [] = every branch of languages."),
     PipelineParam("train_params_json", str, "{}",
@@ -85,13 +108,19 @@ PARAMS: dict[str, PipelineParam] = {p.name: p for p in _ALL}
 
 #: what every stage takes besides its transform's parameters, in the order of the simple pipelines
 STAGE = ["input_path", "work_root", "params_json", "overrides_json", "branch", "input_stage", "input_from_split", "provider",
-         "provider_json", "cluster_json", "max_failed_files", "timeout_seconds", "start_timeout_seconds", "s3_secret_name", "run_id"]
+         "provider_json", "cluster_json", "max_failed_files", "timeout_seconds", "start_timeout_seconds", "s3_secret_name", "run_id",
+         "launcher_image", "ray_image"]
 #: what a super pipeline passes down to every stage unchanged
 SHARED = ["work_root", "overrides_json", "provider", "provider_json", "cluster_json", "max_failed_files", "timeout_seconds",
-          "start_timeout_seconds", "s3_secret_name"]
-TRAIN = ["train_mode", "train_languages", "train_params_json", "trainjob_json", "train_timeout_seconds"]
+          "start_timeout_seconds", "s3_secret_name", "launcher_image", "ray_image"]
+TRAIN = ["train_mode", "train_languages", "train_params_json", "trainjob_json", "train_timeout_seconds", "trainer_image"]
 SUPER = ["input_path", "work_root", "languages", *SHARED[1:], *TRAIN]
 CHAINED = [*SUPER, "kfp_host", "kfp_namespace", "kfp_experiment", "kfp_token_secret", "stage_pipeline_version"]
+
+
+def image_defaults(images: ImageSet) -> dict[str, str]:
+    """The image parameters' defaults for one registry/tag setting."""
+    return {"launcher_image": images.launcher, "ray_image": images.ray, "trainer_image": images.trainer}
 
 
 def signature(names: list[str], defaults: dict[str, Any] | None = None) -> inspect.Signature:
@@ -104,3 +133,36 @@ def args_doc(names: list[str], descriptions: dict[str, str] | None = None) -> st
     """The ``Args:`` section of a docstring (KFP turns it into the parameters' descriptions)."""
     descriptions = descriptions or {}
     return "Args:\n" + "".join(f"    {n}: {descriptions.get(n, PARAMS[n].help)}\n" for n in names)
+
+
+def check_overrides(overrides_json: str) -> dict:
+    """Check ``overrides_json`` whole: every stage it names exists and every stage's parameters are
+    valid (types, ranges, names). The first step of a pipeline calls it, so a typo in the last
+    stage's parameters fails in seconds, not after the stages before it ran. Returns the overrides."""
+    import json
+
+    from prepline import registry
+    from prepline.errors import ConfigError
+
+    example = '{"filter": {"params": {"criteria": ["..."]}, "cluster": {"workers": {"replicas": 4}}}}'
+    if overrides_json in ("", None):
+        return {}
+    try:
+        o = json.loads(overrides_json, parse_constant=lambda c: float("nan"))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"overrides_json is not valid JSON ({e.msg} at char {e.pos}): {overrides_json[:200]!r}", f"e.g. {example}") from None
+    if not isinstance(o, dict):
+        raise ConfigError(f"overrides_json must be a JSON object of stages, got {type(o).__name__}", f"e.g. {example}")
+    for stage, s in o.items():
+        if stage not in registry.names():
+            raise ConfigError(f"overrides_json names stage '{stage}', which does not exist",
+                              f"stages: {', '.join(registry.names())}")
+        if not isinstance(s, dict) or set(s) - {"params", "cluster"}:
+            raise ConfigError(f"overrides_json[{stage!r}] must be an object with 'params' and/or 'cluster'", f"e.g. {example}")
+        if not isinstance(s.get("params", {}), dict) or not isinstance(s.get("cluster", {}), dict):
+            raise ConfigError(f"overrides_json[{stage!r}]: 'params' and 'cluster' must be JSON objects", f"e.g. {example}")
+        try:
+            registry.get(stage).Config.from_params(s.get("params", {}))
+        except ConfigError as e:
+            raise ConfigError(f"overrides_json[{stage!r}]: {e.message}", e.fix) from None
+    return o

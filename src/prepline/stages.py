@@ -17,8 +17,9 @@ import time
 from dataclasses import replace
 
 from prepline import registry
+from prepline.stage_params import check_overrides
 from prepline.clusters import ClusterSpec, NodeGroup, cluster_name, get_provider
-from prepline.clusters.base import LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE, TERMINAL
+from prepline.clusters.base import LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE
 from prepline.data_access import open_location
 from prepline.errors import ConfigError, PreplineError, RunFailed
 
@@ -92,6 +93,7 @@ def prepare(
     """
     if not work_root:
         raise ConfigError("work_root is empty", "pass the folder or s3:// URI where stage outputs go")
+    check_overrides(overrides_json)  # every stage's, so that a bad one fails in the first step
     params = {**_json("params_json", params_json, {}), **stage_overrides(overrides_json, stage)[0]}
     cfg = registry.get(transform).Config.from_params(params)  # a bad parameter fails here
     cluster_json = _merged_cluster(cluster_json, overrides_json, stage)
@@ -153,10 +155,22 @@ def _provider(kind: str, provider_json: str):
     return get_provider(kind, **_json("provider_json", provider_json, {}))
 
 
+def with_defaults(spec: ClusterSpec, cluster_json: str, image: str = "", s3_secret_name: str = "") -> ClusterSpec:
+    """The pipeline-level defaults of a cluster: the Ray image (``ray_image``) unless cluster_json
+    names one, and every key of the S3 secret (optional, as the steps get it) as the Ray pods'
+    environment unless cluster_json sets ``env_from_secrets`` (``[]`` = none)."""
+    if image and not spec.image:
+        spec = replace(spec, image=image)
+    if s3_secret_name and "env_from_secrets" not in _json("cluster_json", cluster_json, {}):
+        spec = replace(spec, env_from_secrets=[{"secret": s3_secret_name, "optional": True}])
+    return spec
+
+
 def start(provider: str, provider_json: str, cluster_json: str, run_id: str, stage: str, branch: str = "", timeout: float = 900,
-          overrides_json: str = "") -> str:
+          overrides_json: str = "", image: str = "", s3_secret_name: str = "") -> str:
     cluster_json = _merged_cluster(cluster_json, overrides_json, stage)
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
+    spec = with_defaults(spec, cluster_json, image, s3_secret_name)
     p = _provider(provider, provider_json)
     t0 = time.time()
     for attempt in range(3):
@@ -205,22 +219,14 @@ def execute(
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     p = _provider(provider, provider_json)
     cmd = entrypoint(transform, config_json, input_path, output_path, workers, max_failed_files)
-    job_id = p.submit_job(spec.name, spec.namespace, cmd)
+    jobs = p.job_client(spec.name, spec.namespace)
+    job_id = jobs.submit(cmd)
     print(f"[prepline] {stage}{'/' + branch if branch else ''}: job {job_id} on {spec.name}: {cmd}", file=out, flush=True)
-    seen, deadline = 0, time.time() + timeout
-    while True:
-        info = p.job(spec.name, spec.namespace, job_id)
-        logs = p.job_logs(spec.name, spec.namespace, job_id)
-        if len(logs) > seen:
-            out.write(logs[seen:])
-            out.flush()
-            seen = len(logs)
-        if info.status in TERMINAL:
-            break
-        if time.time() > deadline:
-            p.stop_job(spec.name, spec.namespace, job_id)
-            raise RunFailed(f"{stage}: job {job_id} ran longer than {timeout:.0f}s and was stopped", "raise the timeout or give the cluster more workers")
-        time.sleep(poll)
+
+    def too_long() -> RunFailed:
+        return RunFailed(f"{stage}: job {job_id} ran longer than {timeout:.0f}s and was stopped", "raise the timeout or give the cluster more workers")
+
+    info = jobs.follow(job_id, out, timeout, poll, on_timeout=too_long)
     if info.status != "SUCCEEDED":
         raise RunFailed(f"{stage}: Ray job {job_id} {info.status}: {info.message or 'see the log above'}", "see the job log above")
     return check_output(output_path, max_failed_files, stage)

@@ -31,7 +31,7 @@ from prepline.config import TransformConfig
 from prepline.context import ONCE, FileTask, PhaseContext
 from prepline.errors import InputError
 
-__all__ = ["ONCE", "Column", "FileTask", "Output", "Phase", "PhaseContext", "Plan", "Transform"]
+__all__ = ["ONCE", "Column", "FileTask", "Output", "Phase", "PhaseContext", "Plan", "Transform", "require_unique_ids"]
 
 ColumnKind = Literal["string", "int64", "integer", "float", "list", "any"]
 
@@ -145,6 +145,10 @@ class Transform:
 
     def check_schema(self, schema: pa.Schema, where: str) -> None:
         """Check one file's schema before reading its data. Extend for transform-specific rules."""
+        dups = sorted({n for n in schema.names if schema.names.count(n) > 1})
+        if dups:
+            raise InputError(f"{where}: column name(s) {', '.join(dups)} appear more than once",
+                             "give every column its own name (Parquet allows repeats; prepline needs unique names)")
         for col in self.input_columns():
             col.check(schema, where, _param_for(self.config, col.name))
         for name in self.added_columns():
@@ -209,3 +213,17 @@ def _param_for(config: TransformConfig, column: str) -> str | None:
         if p.type is str and getattr(config, p.name) == column and p.name.endswith("_column"):
             return p.name
     return None
+
+
+def require_unique_ids(ids, where: str, column: str) -> None:
+    """Refuse a file whose id column repeats a value: keep rules by smallest id need unique ids."""
+    import numpy as np
+
+    if len(ids) > 1:
+        s = np.sort(ids)
+        dup = s[1:][s[1:] == s[:-1]]
+        if len(dup):
+            raise InputError(
+                f"{where}: id column '{column}' is not unique (e.g. id {int(dup[0])} appears more than once)",
+                "run doc_id first (it numbers every document), or set id_column to a unique int64 column",
+            )

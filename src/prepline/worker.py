@@ -16,7 +16,7 @@ from typing import Any
 
 from prepline import metadata, registry
 from prepline.context import FINAL, PhaseContext, WorkerSpec, short_error
-from prepline.errors import PreplineError
+from prepline.errors import InputError, OutputError, PreplineError, ServiceError, os_error
 from prepline.location import ParquetSink
 from prepline.transform import FileTask, Transform
 
@@ -45,14 +45,45 @@ class Worker:
             result["seconds"] = round(time.perf_counter() - t0, 4)
             return result
         except PreplineError as e:
-            return {"error": e.message, "fix": e.fix, "seconds": round(time.perf_counter() - t0, 4)}
-        except Exception as e:  # a bug or an unexpected library error: keep the traceback
-            return {
-                "error": f"{getattr(task, 'path', task)}: {type(e).__name__}: {short_error(e)}",
-                "fix": "see the traceback in the logs; report it if the input looks fine",
-                "traceback": traceback.format_exc(limit=8),
-                "seconds": round(time.perf_counter() - t0, 4),
-            }
+            r = {"error": e.message, "fix": e.fix, "kind": error_kind(e)}
+        except Exception as e:  # noqa: BLE001 - every outcome is a result
+            r = _unexpected(e, task, self.spec.output)  # a bug or an unexpected library error: keep the traceback
+        if r["kind"] == "input" and isinstance(task, FileTask):
+            r["docs"] = _rows(self.ctx, task)  # the failed file's documents, when its footer says
+        r["seconds"] = round(time.perf_counter() - t0, 4)
+        return r
+
+
+def _unexpected(e: Exception, task: Any, output: str) -> dict:
+    if isinstance(e, OSError) and e.errno is not None:  # writing the output or work folder: disk full, read-only
+        err = os_error(e, output)
+        return {"error": err.message, "fix": err.fix, "kind": "output"}
+    return {  # a bug or an unexpected library error: keep the traceback
+        "error": f"{getattr(task, 'path', task)}: {type(e).__name__}: {short_error(e)}",
+        "fix": "see the traceback in metadata.json 'failures'; report it if the input looks fine",
+        "kind": "internal",
+        "traceback": traceback.format_exc(limit=8),
+    }
+
+
+def error_kind(e: PreplineError) -> str:
+    """What a failed task's error is about; only ``input`` (a bad input file) may be tolerated."""
+    if isinstance(e, InputError):
+        return "input"
+    if e.transient:
+        return "transient"
+    if isinstance(e, ServiceError):
+        return "service"
+    if isinstance(e, OutputError):
+        return "output"
+    return "error"
+
+
+def _rows(ctx: PhaseContext, task: FileTask) -> int | None:
+    try:
+        return ctx.input.parquet_file(task.rel).metadata.num_rows
+    except Exception:  # noqa: BLE001 - unreadable footer: unknown
+        return None
 
 
 def process_file(transform: Transform, ctx: PhaseContext, task: FileTask) -> dict:

@@ -10,11 +10,32 @@ What it does (and what it does not):
   read-only fields rejected) plus the API server's own checks (validations.go) -> 400
   ``InvalidArgument`` as gRPC-gateway answers.
 * State machine: a cluster has no status on its first GET, is pending (HeadPodReady False) until
-  ``ready_after`` GETs, then ``ready`` (or ``failed`` with a reason if its name contains
-  "broken"). After ready, the dashboard behind the proxy answers 503 for ``dashboard_lag`` more
-  requests. Jobs go PENDING -> RUNNING -> SUCCEEDED over ``job_steps`` status reads; an entrypoint
-  containing "fail" ends FAILED with a traceback in its logs, one containing "hang" runs until
-  stopped.
+  ``ready_after`` GETs, then ``ready``. The state is never ``failed``: the operator does not set it
+  (``ray-operator/controllers/ray/raycluster_controller.go`` calculateStatus: ``ready`` or
+  ``suspended``). A cluster that cannot start stays pending and says why the way the operator does
+  (``utils.FindHeadPodReadyCondition``, ``RayClusterReplicaFailure``), chosen by its name:
+  "broken" -> HeadPodReady False, reason ErrImagePull then ImagePullBackOff; "oom" -> reason
+  CrashLoopBackOff (the pods' lastState says OOMKilled); "quota" -> ReplicaFailure
+  FailedCreateHeadPod (and, V1, a Warning event FailedToCreateHeadPod on the RayCluster);
+  "unsched" -> HeadPodReady False, reason Unknown, no message (an unscheduled pod has no Ready
+  condition): only the pods tell (PodScheduled False, Unschedulable).
+* The pods are served by a separate fake Kubernetes API (``kube_url``: ``GET
+  /api/v1/namespaces/{ns}/pods?labelSelector=ray.io/cluster=<name>``), never by the API server (its
+  V2 proxy serves only ray.io resources: ``apiserversdk/proxy.go``); ``pods_forbidden`` -> 403.
+* The heads' dashboards (``fake_ray_dashboard``, as Ray's ``job_head.py``): directly at
+  ``head_url`` (a template with {namespace} and {name}), or through the service proxy
+  ``/api/v1/namespaces/{ns}/services/{name}-head-svc:8265/proxy/...``. They answer 503 until the
+  cluster is ready and for ``dashboard_lag`` more requests. **A POST through the service proxy is
+  403** unless ``proxy_create=True``: kube-apiserver maps POST to the verb ``create``
+  (``staging/src/k8s.io/apiserver/pkg/endpoints/request/requestinfo.go``) and the API server's
+  ClusterRole grants only get/list/watch on services/proxy
+  (``helm-chart/kuberay-apiserver/templates/rbac/cluster_role.yaml``); ``proxy_create`` stands for
+  the Role of deploy/ bound to the caller's token.
+* **Non-2xx bodies of V2 paths are cut short** to ``cut_short`` bytes (None: whole): the V2 proxy's
+  per-request context is cancelled when its handler returns (ray-project/kuberay issue #4060).
+* **V1 create of an existing cluster answers 500** (``resource_manager.go`` CreateCluster wraps the
+  AlreadyExists in ``util.NewInternalServerError``: gRPC Internal), not 409; a duplicate compute
+  template answers 409 (``NewAlreadyExistError``).
 * ``fail_first=N`` / ``fail_next(...)`` inject error answers (e.g. transient 503s, optionally *after* the request
   took effect, to mimic a lost answer); ``token=`` demands ``Authorization: Bearer <token>``;
   ``forbid`` namespaces answer 403. Every request is recorded in ``.requests``.
@@ -27,147 +48,17 @@ import functools
 import json
 import re
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-import jsonschema
 import yaml
 
-SPECS = Path(__file__).resolve().parents[3] / "shared" / "specs" / "kuberay"
-if not SPECS.is_dir():  # pragma: no cover - alternative checkout layout
-    SPECS = Path("/work/shared/specs/kuberay")
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_INT_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
-
-
-# -- schemas ---------------------------------------------------------------------------------------
-def _strict(node, drop_read_only: bool = False):
-    """Reject unknown fields: every object schema with ``properties`` and no ``additionalProperties``
-    (nor ``x-kubernetes-preserve-unknown-fields``) gets ``additionalProperties: false``; integer
-    formats get their ranges; optionally read-only (output) properties are removed."""
-    if isinstance(node, list):
-        return [_strict(n, drop_read_only) for n in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _strict(v, drop_read_only) if k not in ("enum", "required", "default", "example") else v for k, v in node.items()}
-    props = out.get("properties")
-    if isinstance(props, dict) and "$ref" not in out:
-        if drop_read_only:
-            ro = {k for k, v in props.items() if isinstance(v, dict) and v.get("readOnly")}
-            out["properties"] = {k: v for k, v in props.items() if k not in ro}
-            if "required" in out:
-                out["required"] = [r for r in out["required"] if r not in ro]
-        if "additionalProperties" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
-            out["additionalProperties"] = False
-    if out.get("type") == "integer" and out.get("format") in _INT_RANGE:
-        out["minimum"], out["maximum"] = _INT_RANGE[out["format"]]
-    return out
-
-
-@functools.lru_cache(maxsize=None)
-def crd_schema() -> dict:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    crd = yaml.load((SPECS / "ray.io_rayclusters.yaml").read_text(), Loader=loader)
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
-    return version["schema"]["openAPIV3Schema"]
-
-
-@functools.lru_cache(maxsize=None)
-def _crd_validator() -> jsonschema.Draft7Validator:
-    return jsonschema.Draft7Validator(_strict(crd_schema()))
-
-
-_OBJECT_META = {
-    "type": "object", "additionalProperties": False, "required": ["name"],
-    "properties": {"name": {"type": "string"}, "namespace": {"type": "string"},
-                   "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-                   "annotations": {"type": "object", "additionalProperties": {"type": "string"}}},
-}
-
-
-def _list_maps(schema: dict, value, path: str, errors: list[str]) -> None:
-    """Kubernetes' list-type=map / set uniqueness, which JSON Schema cannot express."""
-    if isinstance(value, list) and isinstance(schema, dict):
-        lt, keys = schema.get("x-kubernetes-list-type"), schema.get("x-kubernetes-list-map-keys")
-        if lt == "map" and keys:
-            seen = set()
-            for i, item in enumerate(value):
-                k = tuple(item.get(key) for key in keys) if isinstance(item, dict) else None
-                if k in seen:
-                    errors.append(f"{path}[{i}]: Duplicate value: {dict(zip(keys, k))}")
-                seen.add(k)
-        if lt == "set" and len({json.dumps(v, sort_keys=True) for v in value}) != len(value):
-            errors.append(f"{path}: Duplicate value in a set")
-        for i, item in enumerate(value):
-            _list_maps(schema.get("items") or {}, item, f"{path}[{i}]", errors)
-    elif isinstance(value, dict) and isinstance(schema, dict):
-        props = schema.get("properties") or {}
-        extra = schema.get("additionalProperties")
-        for k, v in value.items():
-            sub = props.get(k, extra if isinstance(extra, dict) else None)
-            if sub:
-                _list_maps(sub, v, f"{path}.{k}" if path else k, errors)
-
-
-def _label_errors(labels, path: str) -> list[str]:
-    errs = []
-    for k, v in (labels or {}).items():
-        prefix, _, name = str(k).rpartition("/")
-        if (prefix and not _DNS_SUBDOMAIN.match(prefix)) or not _LABEL_NAME.match(name) or len(name) > 63:
-            errs.append(f"{path}: Invalid value: {k!r}: name part must consist of alphanumeric characters, '-', '_' or '.'")
-        if len(str(v)) > 63 or (v and not _LABEL_NAME.match(str(v))):
-            errs.append(f"{path}: Invalid value: {v!r}: a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.'")
-    return errs
-
-
-def validate_raycluster(obj) -> list[str]:
-    """Errors Kubernetes (strict field validation) would report for this RayCluster; [] if valid."""
-    errors = [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
-              for e in sorted(_crd_validator().iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))]
-    if not isinstance(obj, dict):
-        return errors or ["body is not an object"]
-    if obj.get("apiVersion") != "ray.io/v1" or obj.get("kind") != "RayCluster":
-        errors.append(f"apiVersion/kind: expected ray.io/v1 RayCluster, got {obj.get('apiVersion')}/{obj.get('kind')}")
-    md = obj.get("metadata")
-    errors += [f"metadata.{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in jsonschema.Draft7Validator(_OBJECT_META).iter_errors(md)]
-    if isinstance(md, dict):
-        name = md.get("name") or ""
-        if not _DNS_LABEL.match(name) or len(name) > 63:
-            errors.append(f"metadata.name: Invalid value: {name!r}: must be a DNS-1123 label of at most 63 characters")
-        errors += _label_errors(md.get("labels"), "metadata.labels")
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    templates = [("spec.headGroupSpec.template", (spec.get("headGroupSpec") or {}).get("template"))]
-    templates += [(f"spec.workerGroupSpecs[{i}].template", (g or {}).get("template")) for i, g in enumerate(spec.get("workerGroupSpecs") or [])]
-    for path, t in templates:
-        if isinstance(t, dict):
-            errors += _label_errors((t.get("metadata") or {}).get("labels"), f"{path}.metadata.labels")
-    _list_maps(crd_schema(), obj, "", errors)
-    return errors
-
-
-def _swagger_defs(filename: str) -> dict:
-    doc = json.loads((SPECS / filename).read_text())
-    return _strict(doc["definitions"], drop_read_only=True)
-
-
-@functools.lru_cache(maxsize=None)
-def swagger_validator(filename: str, definition: str) -> jsonschema.Draft7Validator:
-    """A validator for one request-body definition of a V1 swagger file ($refs resolved in-file)."""
-    return jsonschema.Draft7Validator({"definitions": _swagger_defs(filename), "$ref": f"#/definitions/{definition}"})
-
-
-def validate_swagger(filename: str, definition: str, body) -> list[str]:
-    v = swagger_validator(filename, definition)
-    return [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in v.iter_errors(body)]
-
+from fake_kube_pods import FakePods
+from fake_ray_dashboard import Answer, FakeDashboards, FakeRayJobs
+from kuberay_schemas import _strict, validate_raycluster, validate_swagger  # noqa: F401 (re-exported)
 
 # -- the server ------------------------------------------------------------------------------------
 @dataclass
@@ -200,14 +91,16 @@ class _Cluster:
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
-_RAY_JOB_FIELDS = {"entrypoint", "submission_id", "job_id", "runtime_env", "metadata", "entrypoint_num_cpus",
-                   "entrypoint_num_gpus", "entrypoint_memory", "entrypoint_resources", "entrypoint_label_selector"}
-_GRPC_HTTP = {3: 400, 5: 404, 6: 409, 2: 500, 16: 401, 7: 403}
+_GRPC_HTTP = {3: 400, 5: 404, 6: 409, 2: 500, 13: 500, 16: 401, 7: 403}
 
 
 class _Reply(Exception):
     def __init__(self, status: int, body, content_type: str = "application/json", headers: dict | None = None):
         self.status, self.body, self.content_type, self.headers = status, body, content_type, headers or {}
+
+
+def ns_of(c) -> str:
+    return c.obj.get("namespace") or (c.obj.get("metadata") or {}).get("namespace", "")
 
 
 def _k8s_status(code: int, reason: str, message: str, details: dict | None = None) -> _Reply:
@@ -222,18 +115,23 @@ def _grpc(code: int, message: str) -> _Reply:
     return _Reply(_GRPC_HTTP.get(code, 500), {"code": code, "message": message, "details": []})
 
 
-class FakeKubeRay:
+class FakeKubeRay(FakePods):
     def __init__(self, *, ready_after: int = 2, dashboard_lag: int = 2, job_steps: int = 2, token: str | None = None,
-                 forbid: tuple = (), ray_version: str = "2.60.0", fail_first: int = 0):
+                 forbid: tuple = (), ray_version: str = "2.60.0", fail_first: int = 0, proxy_create: bool = False,
+                 cut_short: int | None = 160, pods_forbidden: bool = False, agent_lag: int = 0):
         self.ready_after, self.dashboard_lag, self.job_steps = ready_after, dashboard_lag, job_steps
         self.token, self.forbid, self.ray_version = token, set(forbid), ray_version
+        self.proxy_create, self.cut_short, self.pods_forbidden = proxy_create, cut_short, pods_forbidden
         self.requests: list[Recorded] = []
         self.faults: list[Fault] = []
         self.clusters: dict[tuple[str, str], _Cluster] = {}
         self.templates: dict[tuple[str, str], dict] = {}
-        self.jobs: dict[tuple[str, str, str], dict] = {}
         self.lock = threading.RLock()
+        self.ray = FakeRayJobs(self.lock, job_steps, ray_version, agent_lag)
+        self.jobs = self.ray.jobs
+        self.dashboards = FakeDashboards(self.ray, self._head_error, self._ray_version_or_none)
         self._httpd: ThreadingHTTPServer | None = None
+        self._kube: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         if fail_first:  # the first requests meet a transient 503 (an API server restarting)
             self.fail_next(503, count=fail_first, message="the server is restarting")
@@ -254,17 +152,28 @@ class FakeKubeRay:
 
             do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _handle
 
+        class KubeHandler(Handler):
+            def _handle(self):
+                fake._serve_kube(self)
+
+            do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _handle
+
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
+        self._kube = ThreadingHTTPServer(("127.0.0.1", 0), KubeHandler)
+        for srv in (self._httpd, self._kube):
+            srv.daemon_threads = True
+            threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.dashboards.start()
         return self
 
     def stop(self) -> None:
+        for srv in (self._httpd, self._kube):
+            if srv:
+                srv.shutdown()
+                srv.server_close()
         if self._httpd:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
+            self.dashboards.stop()
+        self._httpd = self._kube = None
 
     def __enter__(self) -> FakeKubeRay:
         return self.start()
@@ -276,6 +185,16 @@ class FakeKubeRay:
     def url(self) -> str:
         assert self._httpd, "not started"
         return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    @property
+    def kube_url(self) -> str:
+        assert self._kube, "not started"
+        return f"http://127.0.0.1:{self._kube.server_address[1]}"
+
+    @property
+    def head_url(self) -> str:
+        """Where the heads' dashboards answer directly (stands for <name>-head-svc.<namespace>.svc:8265)."""
+        return self.dashboards.url_template
 
     def fail_next(self, status: int = 503, count: int = 1, method: str | None = None, path: str | None = None,
                   after: bool = False, retry_after: str | None = None, message: str = "injected failure") -> None:
@@ -326,6 +245,8 @@ class FakeKubeRay:
         rec.status = reply.status
         data = reply.body if isinstance(reply.body, (bytes, str)) else json.dumps(reply.body)
         data = data.encode() if isinstance(data, str) else data
+        if reply.status >= 300 and self.cut_short is not None and (path.startswith("/apis/ray.io/") or "/proxy" in path):
+            data = data[: self.cut_short]  # kuberay #4060: the V2 proxy may cut a non-2xx body short
         h.send_response(reply.status)
         h.send_header("Content-Type", reply.content_type)
         h.send_header("Content-Length", str(len(data)))
@@ -364,49 +285,76 @@ class FakeKubeRay:
         raise _k8s_status(404, "NotFound", f"the server could not find the requested resource ({method} {path})")
 
     # -- cluster state ----------------------------------------------------------------------------
-    def _state(self, c: _Cluster, name: str) -> tuple[str, str]:
-        """(state, reason) after this many polls: '' (no status yet), 'pending', 'ready', 'failed'."""
-        if c.polls <= 1:
-            return "", ""
-        if c.polls <= self.ready_after:
-            return "pending", ""
-        if "broken" in name:
-            return "failed", 'head Pod failed: container "ray-head" ErrImagePull: image "does-not-exist" not found'
-        return "ready", ""
+    @staticmethod
+    def _failure(name: str) -> str:
+        for k in ("broken", "oom", "quota", "unsched"):
+            if k in name:
+                return k
+        return ""
 
-    def _poll(self, c: _Cluster, name: str) -> tuple[str, str]:
+    def _state(self, c: _Cluster, name: str) -> str:
+        """'' (no status yet), 'pending' or 'ready' after this many polls; never 'failed'."""
+        if c.polls <= 1:
+            return ""
+        if c.polls <= self.ready_after or self._failure(name):
+            return "pending"
+        return "ready"
+
+    def _poll(self, c: _Cluster, name: str) -> str:
         c.polls += 1
         return self._state(c, name)
 
+    def _conditions(self, c: _Cluster, name: str, state: str) -> list[dict]:
+        """The conditions the operator would set (utils.FindHeadPodReadyCondition, ReplicaFailure)."""
+        if state == "ready":
+            return [{"type": "HeadPodReady", "status": "True", "reason": "HeadPodRunningAndReady", "message": ""}]
+        f = self._failure(name)
+        if f == "broken":  # containerStatuses[ray-head].state.waiting, ErrImagePull first, then the back-off
+            reason = "ErrImagePull" if c.polls <= 2 else "ImagePullBackOff"
+            msg = f'containers with unready status: [ray-head]; ray-head: Back-off pulling image "does-not-exist:1.0": {reason}'
+            return [{"type": "HeadPodReady", "status": "False", "reason": reason, "message": msg}]
+        if f == "oom":
+            return [{"type": "HeadPodReady", "status": "False", "reason": "CrashLoopBackOff",
+                     "message": "containers with unready status: [ray-head]; ray-head: back-off 40s restarting failed container=ray-head"}]
+        if f == "quota":
+            return [{"type": "HeadPodReady", "status": "False", "reason": "HeadPodNotFound", "message": "Head Pod not found"},
+                    {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateHeadPod",
+                     "message": f'pods "{name}-head-x7k2p" is forbidden: exceeded quota: compute, requested: cpu=2, used: cpu=8, limited: cpu=8'}]
+        if f == "unsched":  # no PodReady condition on an unscheduled pod: reason Unknown, no message
+            return [{"type": "HeadPodReady", "status": "False", "reason": "Unknown", "message": ""}]
+        return [{"type": "HeadPodReady", "status": "False", "reason": "ContainersNotReady", "message": "containers with unready status: [ray-head]"}]
+
+    def _head_error(self, ns: str, name: str) -> str:
+        """Why a head's dashboard does not answer yet ('' when it does)."""
+        with self.lock:
+            c = self.clusters.get((ns, name))
+            if c is None or self._state(c, name) != "ready":
+                return f'no endpoints available for service "{name}-head-svc"'
+            c.probes_after_ready += 1
+            if c.probes_after_ready <= self.dashboard_lag:
+                return "dial tcp 10.0.0.7:8265: connect: connection refused"
+        return ""
+
     def _dashboard_up(self, ns: str, name: str) -> None:
         """Raise the answer the service proxy gives while the dashboard cannot serve."""
-        c = self.clusters.get((ns, name))
-        if c is None:
+        if (ns, name) not in self.clusters:
             raise _k8s_status(404, "NotFound", f'services "{name}-head-svc" not found', {"name": f"{name}-head-svc", "kind": "services"})
-        state, _ = self._state(c, name)
-        if state != "ready":
-            raise _k8s_status(503, "ServiceUnavailable", f'no endpoints available for service "{name}-head-svc"')
-        c.probes_after_ready += 1
-        if c.probes_after_ready <= self.dashboard_lag:
-            raise _k8s_status(503, "ServiceUnavailable", "error trying to reach service: dial tcp 10.0.0.7:8265: connect: connection refused")
+        err = self._head_error(ns, name)
+        if err:
+            raise _k8s_status(503, "ServiceUnavailable", f"error trying to reach service: {err}")
+
+    def _ray_version_or_none(self, ns: str, name: str) -> str | None:
+        c = self.clusters.get((ns, name))
+        return (c.obj.get("spec", {}).get("rayVersion") or c.obj.get("version")) if c else None
 
     # -- V2 -----------------------------------------------------------------------------------------
     def _v2_view(self, c: _Cluster, name: str, advance: bool) -> dict:
-        state, reason = self._poll(c, name) if advance else self._state(c, name)
+        state = self._poll(c, name) if advance else self._state(c, name)
         obj = copy.deepcopy(c.obj)
-        if c.polls >= 1 or not advance:
-            status: dict = {}
-            if state in ("pending", "ready", "failed"):
-                ready = state == "ready"
-                status["conditions"] = [{"type": "HeadPodReady", "status": "True" if ready else "False",
-                                         "reason": "HeadPodRunningAndReady" if ready else "ContainersNotReady",
-                                         "message": reason or ("" if ready else "containers with unready status: [ray-head]")}]
-            if state in ("ready", "failed"):
-                status["state"] = state
-            if reason:
-                status["reason"] = reason
-            if status:
-                obj["status"] = status
+        if state:
+            obj["status"] = {"conditions": self._conditions(c, name, state)}
+            if state == "ready":
+                obj["status"]["state"] = "ready"
         return obj
 
     def _v2_create(self, ns: str, q: dict, body) -> _Reply:
@@ -437,7 +385,7 @@ class FakeKubeRay:
     def _v2_delete(self, ns: str, name: str, q: dict, body) -> _Reply:
         c = self._v2_find(ns, name)
         del self.clusters[(ns, name)]
-        self._drop_jobs(ns, name)
+        self.ray.drop(ns, name)
         return _Reply(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                             "details": {"name": name, "group": "ray.io", "kind": "rayclusters", "uid": c.obj["metadata"]["uid"]}})
 
@@ -475,83 +423,19 @@ class FakeKubeRay:
     # -- the dashboard behind the service proxy ------------------------------------------------------
     def _proxy(self, method: str, ns: str, service: str, port: str | None, rest: str | None, q: dict, body) -> _Reply:
         name = service[: -len("-head-svc")] if service.endswith("-head-svc") else None
+        if method != "GET" and not self.proxy_create:
+            # kube-apiserver: POST/DELETE = create/delete on services/proxy; the API server's ClusterRole has get/list/watch only
+            verb = {"POST": "create", "DELETE": "delete", "PUT": "update", "PATCH": "patch"}[method]
+            raise _k8s_status(403, "Forbidden", f'services "{service}:{port}" is forbidden: User "system:serviceaccount:ray-system:'
+                                                f'kuberay-apiserver" cannot {verb} resource "services/proxy" in API group "" in the '
+                                                f'namespace "{ns}"', {"name": f"{service}:{port}", "kind": "services"})
         if name is None or (ns, name) not in self.clusters:
             raise _k8s_status(404, "NotFound", f'services "{service}" not found', {"name": service, "kind": "services"})
         if port not in ("8265", "dashboard"):
             raise _k8s_status(503, "ServiceUnavailable", f'no endpoints available for service "{service}:{port}"')
         self._dashboard_up(ns, name)
-        rest = rest or "/"
-        if rest == "/api/version" and method == "GET":
-            return _Reply(200, {"version": "4", "ray_version": self._ray_version(ns, name), "ray_commit": "fake", "session_name": "fake"})
-        if rest == "/api/jobs/" and method == "POST":
-            return self._ray_submit(ns, name, body)
-        if rest == "/api/jobs/" and method == "GET":
-            return _Reply(200, [self._ray_job_view(j, advance=False) for (jns, jc, _), j in self.jobs.items() if (jns, jc) == (ns, name)])
-        m = re.match(r"^/api/jobs/([^/]+)(/logs|/stop)?$", rest)
-        if m:
-            job = self.jobs.get((ns, name, m.group(1)))
-            if job is None:
-                raise _Reply(404, f"Job {m.group(1)} does not exist", "text/plain")
-            if m.group(2) is None and method == "GET":
-                return _Reply(200, self._ray_job_view(job, advance=True))
-            if m.group(2) == "/logs" and method == "GET":
-                return _Reply(200, {"logs": job["logs"]})
-            if m.group(2) == "/stop" and method == "POST":
-                stopped = job["status"] in ("PENDING", "RUNNING")
-                if stopped:
-                    job.update(status="STOPPED", message="Job was intentionally stopped.", end_time=int(time.time() * 1000))
-                return _Reply(200, {"stopped": stopped})
-        raise _Reply(404, "404: Not Found", "text/plain")
-
-    def _ray_version(self, ns: str, name: str) -> str:
-        c = self.clusters[(ns, name)]
-        return c.obj.get("spec", {}).get("rayVersion") or c.obj.get("version") or self.ray_version
-
-    def _ray_submit(self, ns: str, name: str, body) -> _Reply:
-        if not isinstance(body, dict) or not isinstance(body.get("entrypoint"), str) or set(body) - _RAY_JOB_FIELDS:
-            bad = sorted(set(body) - _RAY_JOB_FIELDS) if isinstance(body, dict) else body
-            raise _Reply(400, f"Traceback (most recent call last):\nTypeError: JobSubmitRequest: bad request {bad!r}", "text/plain")
-        if body.get("runtime_env") is not None and not isinstance(body["runtime_env"], dict):
-            raise _Reply(400, "Traceback (most recent call last):\nTypeError: runtime_env must be a dict", "text/plain")
-        sid = body.get("submission_id") or f"raysubmit_{uuid.uuid4().hex[:16]}"
-        if (ns, name, sid) in self.jobs:
-            raise _Reply(400, "Traceback (most recent call last):\n  File \"job_manager.py\", line 554\n"
-                              f"ValueError: Job with submission_id {sid} already exists. Please use a different submission_id.", "text/plain")
-        self.jobs[(ns, name, sid)] = {"type": "SUBMISSION", "job_id": None, "submission_id": sid, "status": "PENDING",
-                                      "entrypoint": body["entrypoint"], "message": "Job has not started yet.", "error_type": None,
-                                      "start_time": int(time.time() * 1000), "end_time": None, "metadata": body.get("metadata") or {},
-                                      "runtime_env": body.get("runtime_env") or {}, "driver_info": None,
-                                      "entrypoint_num_cpus": body.get("entrypoint_num_cpus"), "logs": "", "reads": 0}
-        return _Reply(200, {"job_id": sid, "submission_id": sid})
-
-    def _advance_job(self, job: dict) -> None:
-        if job["status"] in ("SUCCEEDED", "FAILED", "STOPPED"):
-            return
-        job["reads"] += 1
-        ep = job["entrypoint"]
-        if job["reads"] <= 1:  # the first read still sees PENDING
-            return
-        if job["status"] == "PENDING":
-            job.update(status="RUNNING", message="Job is currently running.", job_id="02000000", logs=f"running: {ep}\n")
-        if "hang" in ep or job["reads"] <= 1 + self.job_steps:
-            return
-        if "fail" in ep:
-            tb = ("Traceback (most recent call last):\n  File \"job.py\", line 3, in <module>\n"
-                  "    raise RuntimeError('boom: the job failed on purpose')\nRuntimeError: boom: the job failed on purpose\n")
-            job.update(status="FAILED", error_type="JOB_ENTRYPOINT_COMMAND_ERROR", logs=job["logs"] + tb,
-                       message="Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\n" + tb)
-        else:
-            job.update(status="SUCCEEDED", message="Job finished successfully.", logs=job["logs"] + f"done: {ep}\n")
-        job["end_time"] = int(time.time() * 1000)
-
-    def _ray_job_view(self, job: dict, advance: bool) -> dict:
-        if advance:
-            self._advance_job(job)
-        return {k: v for k, v in job.items() if k not in ("logs", "reads")}
-
-    def _drop_jobs(self, ns: str, name: str) -> None:
-        for key in [k for k in self.jobs if k[:2] == (ns, name)]:
-            del self.jobs[key]
+        status, out, ctype = self.ray.handle(method, ns, name, rest or "/", body, self._ray_version_or_none(ns, name))
+        return _Reply(status, out, ctype)
 
     # -- V1 -----------------------------------------------------------------------------------------
     def _v1_invalid(self, filename: str, definition: str, body) -> None:
@@ -605,20 +489,22 @@ class FakeKubeRay:
         for t in [head["computeTemplate"]] + [w["computeTemplate"] for w in cs.get("workerGroupSpec") or []]:
             if (ns, t) not in self.templates:
                 raise _grpc(5, f"Compute template {t} not found in namespace {ns}")
-        if (ns, body["name"]) in self.clusters:
-            raise _grpc(6, f"Cluster {body['name']} already exists in namespace {ns}")
+        if (ns, body["name"]) in self.clusters:  # resource_manager.go CreateCluster: NewInternalServerError around AlreadyExists
+            raise _grpc(13, f"Internal Server Error: Create Cluster failed.: InternalServerError: Failed to create a cluster for "
+                            f"({ns}/{body['name']}): rayclusters.ray.io \"{body['name']}\" already exists")
         c = _Cluster("v1", copy.deepcopy(body))
         self.clusters[(ns, body["name"])] = c
         return _Reply(200, self._v1_view(c, body["name"], advance=False))
 
     def _v1_view(self, c: _Cluster, name: str, advance: bool) -> dict:
-        state, reason = self._poll(c, name) if advance else self._state(c, name)
-        obj = {**copy.deepcopy(c.obj), "createdAt": c.created,
-               "serviceEndpoint": {"dashboard": "8265", "head": "10001"}}
-        if state in ("ready", "failed"):
+        state = self._poll(c, name) if advance else self._state(c, name)
+        obj = {**copy.deepcopy(c.obj), "createdAt": c.created, "serviceEndpoint": {"dashboard": "8265", "head": "10001"}}
+        if state == "ready":  # model.FromCrdToAPICluster: clusterState = status.state ('' until ready)
             obj["clusterState"] = state
-        if state == "failed":
-            obj["events"] = [{"id": "1", "name": f"{name}-head.1", "reason": "Failed", "message": reason, "type": "Warning", "count": 3}]
+        if self._failure(name) == "quota" and state:  # the operator's event regarding the RayCluster (GetClusterEvents)
+            obj["events"] = [{"id": f"{name}.1", "name": f"{name}-{name}.1", "reason": "FailedToCreateHeadPod", "type": "Warning", "count": 3,
+                              "message": f'Failed to create head Pod {ns_of(c)}/{name}-head-x7k2p, pods "{name}-head-x7k2p" is forbidden: '
+                                         "exceeded quota: compute"}]
         return obj
 
     def _v1_find(self, ns: str, name: str) -> _Cluster:
@@ -633,7 +519,7 @@ class FakeKubeRay:
     def _v1_delete(self, ns: str, name: str, q: dict, body) -> _Reply:
         self._v1_find(ns, name)
         del self.clusters[(ns, name)]
-        self._drop_jobs(ns, name)
+        self.ray.drop(ns, name)
         return _Reply(200, {})
 
     def _v1_list(self, ns: str, q: dict, body) -> _Reply:
@@ -646,12 +532,11 @@ class FakeKubeRay:
 
     def _v1_dashboard(self, ns: str, name: str) -> None:
         c = self._v1_find(ns, name)
-        if self._state(c, name)[0] != "ready":
+        if self._state(c, name) != "ready":
             raise _grpc(2, "cluster is not ready")
-        try:
-            self._dashboard_up(ns, name)
-        except _Reply as e:
-            raise _grpc(2, f"Post \"http://{name}-head-svc.{ns}.svc.cluster.local:8265/api/jobs/\": {e.body['message']}") from None
+        err = self._head_error(ns, name)
+        if err:
+            raise _grpc(2, f"Post \"http://{name}-head-svc.{ns}.svc.cluster.local:8265/api/jobs/\": {err}")
 
     def _v1_job_submit(self, ns: str, name: str, q: dict, body) -> _Reply:
         self._v1_invalid("job_submission.swagger.json", "protoRayJobSubmission", body)
@@ -669,11 +554,10 @@ class FakeKubeRay:
             ray_body["runtime_env"] = env
         if body.get("entrypointNumCpus"):
             ray_body["entrypoint_num_cpus"] = body["entrypointNumCpus"]
-        try:
-            reply = self._ray_submit(ns, name, ray_body)
-        except _Reply as e:  # the dashboard's answer comes back as a gRPC Unknown error
-            raise _grpc(2, f"SubmitJob fail: {e.status} {e.body}") from None
-        return _Reply(200, {"submissionId": reply.body["submission_id"]})
+        status, out, _ = self.ray.handle("POST", ns, name, "/api/jobs/", ray_body)
+        if status != 200:  # the dashboard's answer comes back as a gRPC Unknown error
+            raise _grpc(2, f"SubmitJob fail: {status} {out}")
+        return _Reply(200, {"submissionId": out["submission_id"]})
 
     def _v1_job_view(self, job: dict) -> dict:
         out = {"entrypoint": job["entrypoint"], "jobId": job["job_id"] or "", "submissionId": job["submission_id"],
@@ -688,10 +572,10 @@ class FakeKubeRay:
 
     def _v1_job(self, ns: str, name: str, sid: str) -> dict:
         self._v1_dashboard(ns, name)
-        job = self.jobs.get((ns, name, sid))
-        if job is None:
-            raise _grpc(5, f"JobSubmission.RayJob \"{sid}\" not found")
-        return job
+        try:
+            return self.ray.find(ns, name, sid)
+        except Answer:
+            raise _grpc(5, f"JobSubmission.RayJob \"{sid}\" not found") from None
 
     def _v1_job_list(self, ns: str, name: str, q: dict, body) -> _Reply:
         self._v1_dashboard(ns, name)
@@ -699,14 +583,12 @@ class FakeKubeRay:
 
     def _v1_job_get(self, ns: str, name: str, sid: str, q: dict, body) -> _Reply:
         job = self._v1_job(ns, name, sid)
-        self._advance_job(job)
+        self.ray.advance(job)
         return _Reply(200, self._v1_job_view(job))
 
     def _v1_job_log(self, ns: str, name: str, sid: str, q: dict, body) -> _Reply:
         return _Reply(200, {"log": self._v1_job(ns, name, sid)["logs"]})
 
     def _v1_job_stop(self, ns: str, name: str, sid: str, q: dict, body) -> _Reply:
-        job = self._v1_job(ns, name, sid)
-        if job["status"] in ("PENDING", "RUNNING"):
-            job.update(status="STOPPED", message="Job was intentionally stopped.", end_time=int(time.time() * 1000))
+        self.ray.stop(self._v1_job(ns, name, sid))
         return _Reply(200, {})

@@ -1,7 +1,9 @@
 """The kuberay provider and its HTTP client, against a local fake API server (real HTTP on
-127.0.0.1) that validates every body against the RayCluster CRD / V1 swagger schemas.
+127.0.0.1) that validates every body against the RayCluster CRD / V1 swagger schemas, a fake
+Kubernetes API for the pods, and fake Ray dashboards (tests/clusters/fake_ray_dashboard.py).
 
-Verified against the published specs and this fake only, not against a live KubeRay."""
+Verified against the published specs, the upstream sources the fakes name, and these fakes only,
+not against a live KubeRay."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prepline.clusters import get_provider
-from prepline.clusters.base import LABEL_MANAGED, LABEL_RUN, LABEL_STAGE, ClusterError, ClusterSpec, NodeGroup, cluster_name
+from prepline.clusters.base import LABEL_MANAGED, LABEL_RUN, LABEL_STAGE, ClusterError, ClusterSpec, cluster_name
 from prepline.clusters.kuberay import (
     ENV_TOKEN,
     ClusterFailed,
@@ -30,18 +32,11 @@ from prepline.clusters.kuberay import (
     KubeRayTimeout,
     KubeRayUnavailable,
 )
-from prepline.clusters.kuberay_bodies import (
-    check_name,
-    cluster_v1_body,
-    compute_template_bodies,
-    job_submission_v1_body,
-    ray_job_body,
-    raycluster_body,
-)
+from prepline.clusters.kuberay_bodies import check_name, cluster_v1_body, compute_template_bodies, raycluster_body
 from prepline.errors import ConfigError
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fake_kuberay import FakeKubeRay, validate_raycluster, validate_swagger  # noqa: E402
+from fake_kuberay import FakeKubeRay  # noqa: E402
 
 IMAGE = "registry.example.com/prepline-ray:0.1.0"
 VERSIONS = ["v2", "v1"]
@@ -54,7 +49,10 @@ def fake():
 
 
 def make_provider(fake: FakeKubeRay, api_version: str = "v2", **kw) -> KubeRayProvider:
-    opts = {"poll_interval": 0.01, "backoff": 0.01, "backoff_max": 0.05, "timeout": 5, "connect_timeout": 2, **kw}
+    """A provider as a KFP step in the cluster has it: jobs straight to the head Service (here: the
+    fake dashboards), the pods readable through the Kubernetes API (here: the fake's)."""
+    opts = {"poll_interval": 0.01, "backoff": 0.01, "backoff_max": 0.05, "timeout": 5, "connect_timeout": 2,
+            "head_url": fake.head_url, "kube": {"server": fake.kube_url}, "namespace": "default", **kw}
     return KubeRayProvider(fake.url, api_version=api_version, **opts)
 
 
@@ -76,32 +74,47 @@ def wait_job(p: KubeRayProvider, name: str, job_id: str, limit: int = 50) -> lis
 
 
 # -- the whole life of a cluster -------------------------------------------------------------------
-@pytest.mark.parametrize("version", VERSIONS)
-def test_lifecycle_create_wait_submit_logs_delete(fake, version):
-    p = make_provider(fake, version)
+ACCESS = [("v2", "direct"), ("v1", "direct"), ("v2", "apiserver"), ("v1", "apiserver")]
+
+
+@pytest.mark.parametrize("version,access", ACCESS)
+def test_lifecycle_create_wait_submit_logs_delete(version, access):
+    with FakeKubeRay(proxy_create=access == "apiserver") as fake:
+        _lifecycle(fake, version, access)
+
+
+def _lifecycle(fake, version, access):
+    p = make_provider(fake, version, job_access=access)
     spec = make_spec()
     info = p.create(spec)
     assert (info.name, info.namespace, info.state) == (spec.name, "default", "pending")
-    assert info.job_address == f"{fake.url}/api/v1/namespaces/default/services/{spec.name}-head-svc:8265/proxy"
+    direct = fake.head_url.format(namespace="default", name=spec.name)
+    proxy = f"{fake.url}/api/v1/namespaces/default/services/{spec.name}-head-svc:8265/proxy"
+    assert info.job_address == (direct if access == "direct" else proxy)
 
     ready = p.wait_ready(spec.name, "default", timeout=10)
     assert ready.state == "ready" and ready.labels[LABEL_RUN] == "run-1" and ready.labels[LABEL_MANAGED] == "true"
     # the dashboard lagged: it was probed until it answered, and only once the state was ready
-    probe = "/proxy/api/version" if version == "v2" else f"/jobsubmissions/{spec.name}"
-    probes = [i for i, r in enumerate(fake.requests) if r.method == "GET" and r.path.endswith(probe)]
-    polls = [i for i, r in enumerate(fake.requests) if r.method == "GET" and r.path.endswith(f"/{spec.name}") and "jobsub" not in r.path]
+    polls = [r for r in fake.requests if r.method == "GET" and r.path.endswith(f"/{spec.name}") and "jobsub" not in r.path]
+    assert len(polls) == fake.ready_after + 1
+    if access == "direct":
+        probes = [r for r in fake.dashboards.requests if r == ("GET", f"/heads/default/{spec.name}/api/version")]
+    else:
+        probe = "/proxy/api/version" if version == "v2" else f"/jobsubmissions/{spec.name}"
+        probes = [r for r in fake.requests if r.method == "GET" and r.path.endswith(probe)]
     assert len(probes) == fake.dashboard_lag + 1
-    assert len(polls) == fake.ready_after + 1 and min(probes) > max(polls)
 
     job_id = p.submit_job(spec.name, "default", "python -m prepline.runtime.ray --stage doc_id",
                           runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}}, entrypoint_num_cpus=0.5)
     assert job_id.startswith("prepline-")
-    sent = fake.calls("POST", "/api/jobs/" if version == "v2" else "/jobsubmissions/")[-1].body
-    if version == "v2":
-        assert sent["runtime_env"] == {"env_vars": {"HF_HUB_OFFLINE": "1"}} and sent["entrypoint_num_cpus"] == 0.5
-    else:  # V1: the runtime env travels as a YAML string
+    job = fake.jobs[("default", spec.name, job_id)]
+    assert job["runtime_env"] == {"env_vars": {"HF_HUB_OFFLINE": "1"}} and job["entrypoint_num_cpus"] == 0.5
+    if access == "apiserver" and version == "v1":  # V1: the runtime env travels as a YAML string
+        sent = fake.calls("POST", "/jobsubmissions/")[-1].body
         assert isinstance(sent["runtimeEnv"], str) and yaml.safe_load(sent["runtimeEnv"]) == {"env_vars": {"HF_HUB_OFFLINE": "1"}}
         assert sent["entrypointNumCpus"] == 0.5 and sent["submissionId"] == job_id
+    if access == "direct":  # nothing about jobs went through the API server
+        assert not [r for r in fake.requests if "/api/jobs" in r.path or "jobsubmissions" in r.path]
 
     assert wait_job(p, spec.name, job_id) == ["PENDING", "RUNNING", "SUCCEEDED"]
     assert "done: python -m prepline.runtime.ray" in p.job_logs(spec.name, "default", job_id)
@@ -123,17 +136,27 @@ def test_create_is_idempotent_and_refuses_foreign_objects(fake, version):
     assert a.name == b.name and len(fake.clusters) == 1
     if version == "v2":
         assert [r.status for r in fake.calls("POST", "/rayclusters")] == [201, 409]
-    else:
+    else:  # V1 answers 500 for an existing cluster (an AlreadyExists wrapped in an internal error): read back, ours, reused
         assert [r.status for r in fake.calls("POST", "/compute_templates")] == [200, 200, 409, 409]
-        assert [r.status for r in fake.calls("POST", "/clusters")] == [200, 409]
+        assert [r.status for r in fake.calls("POST", "/clusters")] == [200, 500]
 
-    if version == "v2":  # someone else's RayCluster of that name is never adopted
-        body = raycluster_body(make_spec("pl-foreign"))
-        del body["metadata"]["labels"][LABEL_MANAGED]
-        p.client.create_raycluster(body)
-        with pytest.raises(ClusterError, match="not created by prepline"):
-            p.create(make_spec("pl-foreign"))
-    else:  # a stale compute template with other resources is not silently reused
+    # someone else's cluster of that name, or ours of another run, is never adopted: the server's message is kept
+    for name, edit in (("pl-foreign", lambda lab: lab.pop(LABEL_MANAGED)), ("pl-other-run", lambda lab: lab.update({LABEL_RUN: "run-0"}))):
+        spec = make_spec(name)
+        if version == "v2":
+            body = raycluster_body(spec)
+            edit(body["metadata"]["labels"])
+            p.client.create_raycluster(body)
+        else:
+            body = cluster_v1_body(spec)
+            edit(body["annotations"])
+            for t in compute_template_bodies(spec):
+                p.client.create_compute_template(t)
+            p.client.create_cluster_v1(body)
+        with pytest.raises(ClusterError, match="not created by prepline for this run and stage") as e:
+            p.create(spec)
+        assert "already exists" in str(e.value)
+    if version == "v1":  # a stale compute template with other resources is not silently reused
         t = compute_template_bodies(make_spec("pl-stale"))[0]
         p.client.create_compute_template({**t, "cpu": 7})
         with pytest.raises(ClusterError, match="exists with other resources"):
@@ -141,13 +164,36 @@ def test_create_is_idempotent_and_refuses_foreign_objects(fake, version):
         assert ("default", "pl-stale") not in fake.clusters
 
 
+FAILURES = {"broken": "ImagePullBackOff", "oom": "OOMKilled", "quota": "exceeded quota", "unsched": "Unschedulable"}
+
+
 @pytest.mark.parametrize("version", VERSIONS)
-def test_failed_cluster_raises_with_the_reason(fake, version):
-    p = make_provider(fake, version)
-    p.create(make_spec("pl-broken-1"))
+@pytest.mark.parametrize("kind", sorted(FAILURES))
+def test_a_cluster_that_cannot_start_fails_fast_with_the_reason(fake, version, kind):
+    """The operator never says "failed": conditions, events and the pods do. Container errors fail
+    on the second poll that shows them; Unschedulable and ReplicaFailure after the grace period."""
+    p = make_provider(fake, version, pending_grace_seconds=0.05)
+    name = f"pl-{kind}-1"
+    p.create(make_spec(name))
+    t = time.monotonic()
     with pytest.raises(ClusterFailed) as e:
-        p.wait_ready("pl-broken-1", timeout=10)
-    assert "ErrImagePull" in str(e.value) and "pl-broken-1" in str(e.value) and e.value.fix
+        p.wait_ready(name, timeout=30)
+    assert time.monotonic() - t < 5
+    assert FAILURES[kind] in str(e.value) and name in str(e.value) and e.value.fix
+    assert all(c.obj.get("status", {}).get("state") != "failed" for c in fake.clusters.values())
+
+
+def test_without_pod_access_the_conditions_still_tell_and_the_timeout_says_what_it_saw():
+    with FakeKubeRay(pods_forbidden=True) as f:
+        p = make_provider(f)
+        p.create(make_spec("pl-broken-2"))
+        with pytest.raises(ClusterFailed, match="HeadPodReady: ImagePullBackOff"):  # V2 conditions alone
+            p.wait_ready("pl-broken-2", timeout=10)
+        assert p.pods is None  # 403 on pods: asked once, then no more
+        p.create(make_spec("pl-unsched-2"))
+        with pytest.raises(KubeRayTimeout, match="last seen: HeadPodReady: Unknown") as e:
+            p.wait_ready("pl-unsched-2", timeout=0.3)
+        assert "get/list on pods" in e.value.fix
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -178,11 +224,34 @@ def test_stop_job(fake, version):
         p.job("pl-doc-id-en-1", None, "no-such-job")
 
 
+def test_a_post_through_the_service_proxy_needs_create_rbac():
+    """kube-apiserver maps POST to 'create' on services/proxy; the API server's ClusterRole lacks it."""
+    with FakeKubeRay() as f:
+        p = make_provider(f, job_access="apiserver")
+        p.create(make_spec())
+        p.wait_ready("pl-doc-id-en-1", timeout=10)  # the readiness GETs pass
+        with pytest.raises(KubeRayAuthError) as e:
+            p.submit_job("pl-doc-id-en-1", None, "python job.py")
+        assert e.value.status == 403 and "services/proxy" in e.value.fix and "deploy/" in e.value.fix
+        assert "job_access='direct'" in e.value.fix
+        assert make_provider(f).submit_job("pl-doc-id-en-1", None, "python job.py")  # directly: no RBAC involved
+
+
+def test_cut_short_error_bodies_still_give_the_message(fake):
+    """kuberay #4060: the V2 proxy may cut a non-2xx body short."""
+    body = raycluster_body(make_spec())
+    body["spec"]["bogus"] = 1
+    with pytest.raises(KubeRayRequestError) as e:
+        make_provider(fake).client.create_raycluster(body)
+    assert len(fake.requests) == 1 and e.value.status == 422 and len(e.value.body) == fake.cut_short
+    assert 'HTTP 422: RayCluster.ray.io "pl-doc-id-en-1" is invalid: spec' in str(e.value) and "answer cut short" in str(e.value)
+
+
 def test_job_address_works_with_rays_job_submission_client():
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    with FakeKubeRay(token="t0k") as f:
-        p = make_provider(f, token="t0k")
+    with FakeKubeRay(token="t0k", proxy_create=True) as f:
+        p = make_provider(f, token="t0k", job_access="apiserver")
         info = p.create(make_spec())
         info = p.wait_ready(info.name, timeout=10)
         client = JobSubmissionClient(info.job_address, headers=p.client.auth_headers())
@@ -217,10 +286,15 @@ def test_honours_retry_after_on_429(fake):
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_retry_after_a_lost_answer_does_not_duplicate(fake, version):
-    p = make_provider(fake, version)
+def test_retry_after_a_lost_answer_does_not_duplicate(version):
+    with FakeKubeRay(proxy_create=True) as fake:
+        _lost_answers(fake, version)
+
+
+def _lost_answers(fake, version):
+    p = make_provider(fake, version, job_access="apiserver")
     fake.fail_next(503, method="POST", path="/clusters" if version == "v1" else "/rayclusters", after=True)
-    p.create(make_spec())  # created, answer lost, retried: 409 -> reused
+    p.create(make_spec())  # created, answer lost: read back, ours -> reused
     assert len(fake.clusters) == 1
     p.wait_ready("pl-doc-id-en-1", timeout=10)
     fake.fail_next(503, method="POST", path="/api/jobs/" if version == "v2" else "/jobsubmissions/", after=True)
@@ -235,10 +309,15 @@ def test_bounded_retries_end_in_a_clear_error(fake):
     t = time.monotonic()
     with pytest.raises(KubeRayUnavailable) as e:
         p.create(make_spec())
-    assert len(fake.requests) == 4 and time.monotonic() - t < 2
+    # each of the 4 attempts: one POST, then a read-back GET (is it there after all?)
+    assert [r.method for r in fake.requests] == ["POST", "GET"] * 4 and time.monotonic() - t < 2
     msg = str(e.value)
     assert "after 4 attempt(s)" in msg and "HTTP 503" in msg and "apiserver overloaded" in msg
     assert "PREPLINE_KUBERAY_SERVER" in e.value.fix and e.value.status == 503
+    t = time.monotonic()
+    with pytest.raises(KubeRayUnavailable) as e:
+        p.get("pl-x")
+    assert "after 4 attempt(s)" in str(e.value)
 
 
 def test_auth_header_from_param_env_and_rotating_file(tmp_path, monkeypatch):
@@ -255,7 +334,8 @@ def test_auth_header_from_param_env_and_rotating_file(tmp_path, monkeypatch):
         f.token = "rotated"  # the service-account token rotates: the file is re-read
         tok.write_text("rotated")
         assert p.get("pl-c").name == "pl-c"
-        assert [r.headers["authorization"] for r in f.requests] == ["Bearer abc"] * 3 + ["Bearer rotated"]
+        assert {r.headers["authorization"] for r in f.requests[:-1]} == {"Bearer abc"}
+        assert f.requests[-1].headers["authorization"] == "Bearer rotated"
         assert "rotated" not in repr(p.client)
 
 
@@ -265,7 +345,7 @@ def test_401_and_403_are_clear_and_not_retried(monkeypatch):
         with pytest.raises(KubeRayAuthError) as e:
             make_provider(f).create(make_spec())
         assert e.value.status == 401 and "no token was sent" in e.value.fix and ENV_TOKEN in e.value.fix
-        assert len(f.requests) == 1
+        assert [r.method for r in f.requests] == ["POST", "GET"]  # the read-back is refused too: the create's error stands
         with pytest.raises(KubeRayAuthError, match="HTTP 401") as e:
             make_provider(f, token="wrong").get("pl-x")
         assert "token was rejected" in e.value.fix
@@ -312,7 +392,12 @@ def test_delete_missing_is_false_other_failures_raise(fake):
     assert p.delete("pl-doc-id-en-1") is True
 
 
-def test_the_server_rejects_invalid_bodies_and_we_show_its_message(fake):
+def test_the_server_rejects_invalid_bodies_and_we_show_its_message():
+    with FakeKubeRay(cut_short=None) as fake:  # whole error bodies here (cut short: the test above)
+        _rejected(fake)
+
+
+def _rejected(fake):
     client = make_provider(fake).client
     body = raycluster_body(make_spec())
     body["spec"]["workerGroupSpecs"][0]["replicas"] = "two"
@@ -357,178 +442,22 @@ def test_wait_ready_timeouts_name_what_is_missing():
         p.create(make_spec())
         with pytest.raises(KubeRayTimeout, match="dashboard did not answer") as e:
             p.wait_ready("pl-doc-id-en-1", timeout=0.3)
-        assert "connection refused" in str(e.value)
+        assert "connection refused" in str(e.value) and "job_access='direct'" in e.value.fix
 
 
 def test_configuration_errors():
     with pytest.raises(ConfigError, match="PREPLINE_KUBERAY_SERVER"):
-        KubeRayClient("")
+        KubeRayClient("kuberay-apiserver:8888")
+    assert KubeRayClient("").server == "http://kuberay-apiserver-service.ray-system.svc.cluster.local:8888"  # in-cluster default
     with pytest.raises(ConfigError, match="token file"):
         KubeRayClient("http://127.0.0.1:1", token_file="/nonexistent/token")
     with pytest.raises(ConfigError, match="api_version"):
         KubeRayProvider("http://127.0.0.1:1", api_version="v3")
+    with pytest.raises(ConfigError, match="job_access"):
+        KubeRayProvider("http://127.0.0.1:1", job_access="proxy")
+    with pytest.raises(ConfigError, match="head_url"):
+        KubeRayProvider("http://127.0.0.1:1", head_url="http://head:8265")
     assert isinstance(get_provider("kuberay", server="http://127.0.0.1:1", api_version="v1"), KubeRayProvider)
-
-
-# -- request bodies against the schemas ------------------------------------------------------------
-SPEC_MATRIX = {
-    "default": {},
-    "gpu-workers": {"workers": NodeGroup(cpu="8", memory="30Gi", gpu=2, replicas=2)},
-    "gpu-head": {"head": NodeGroup(cpu="4", memory="16Gi", gpu=1)},
-    "secrets": {"env": {"HF_HUB_OFFLINE": "1", "N": 3},
-                "env_from_secrets": [{"name": "AWS_ACCESS_KEY_ID", "secret": "s3-creds", "key": "access"},
-                                     {"name": "AWS_SECRET_ACCESS_KEY", "secret": "s3-creds", "key": "secret"}]},
-    "whole-secret": {"env_from_secrets": [{"secret": "s3-creds"}]},
-    "tolerations": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-                                    {"key": "pool", "operator": "Equal", "value": "ray", "effect": "NoExecute", "tolerationSeconds": 60}],
-                    "node_selector": {"pool": "ray"}},
-    "no-workers": {"workers": NodeGroup(replicas=0)},
-    "autoscaling": {"workers": NodeGroup(cpu="2", memory="4Gi", replicas=1, min_replicas=0, max_replicas=5)},
-    "millicpu": {"head": NodeGroup(cpu="500m", memory="1536Mi")},
-    "pod-options": {"service_account": "prepline-runner", "image_pull_secrets": ["regcred", {"name": "other"}],
-                    "annotations": {"example.com/team": "data", "note": "free text: anything"},
-                    "ray_start_params": {"num-cpus": 0, "block": True, "workers": {"num-cpus": 2}}},
-}
-V1_MATRIX = {k: v for k, v in SPEC_MATRIX.items() if k not in ("whole-secret", "tolerations", "millicpu")}
-V1_MATRIX["tolerations"] = {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
-V1_MATRIX["mebibytes"] = {"head": NodeGroup(cpu="1", memory="1536Mi")}
-V1_MATRIX["pod-options"] = {**SPEC_MATRIX["pod-options"], "image_pull_secrets": ["regcred"]}
-
-
-@pytest.mark.parametrize("case", sorted(SPEC_MATRIX))
-def test_raycluster_bodies_validate_against_the_crd(case):
-    spec = make_spec(**SPEC_MATRIX[case])
-    body = raycluster_body(spec)
-    assert validate_raycluster(body) == []
-    head = body["spec"]["headGroupSpec"]
-    c = head["template"]["spec"]["containers"][0]
-    assert head["rayStartParams"]["dashboard-host"] == "0.0.0.0" and c["image"] == IMAGE
-    assert all(isinstance(v, str) for v in head["rayStartParams"].values())
-    assert head["template"]["metadata"]["labels"][LABEL_RUN] == "run-1"
-    assert c["resources"]["requests"] == c["resources"]["limits"]
-    workers = body["spec"].get("workerGroupSpecs", [])
-    if case == "no-workers":
-        assert workers == []
-    else:
-        assert [w["groupName"] for w in workers] == ["workers"]
-    if case == "gpu-workers":
-        assert workers[0]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
-        assert "nvidia.com/gpu" not in c["resources"]["limits"] and workers[0]["replicas"] == workers[0]["maxReplicas"] == 2
-    if case == "secrets":
-        env = {e["name"]: e for e in c["env"]}
-        assert env["N"]["value"] == "3" and env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "s3-creds", "key": "secret"}
-    if case == "whole-secret":
-        assert c["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
-    if case == "autoscaling":
-        assert body["spec"]["enableInTreeAutoscaling"] is True and (workers[0]["minReplicas"], workers[0]["maxReplicas"]) == (0, 5)
-    if case == "pod-options":
-        assert head["rayStartParams"] == {"dashboard-host": "0.0.0.0", "num-cpus": "0", "block": "true"}
-        assert workers[0]["rayStartParams"] == {"num-cpus": "2", "block": "true"}
-        assert head["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}, {"name": "other"}]
-
-
-def test_the_crd_validator_is_not_vacuous():
-    body = raycluster_body(make_spec())
-    assert validate_raycluster(body) == []
-
-    def broken(edit):
-        b = yaml.safe_load(yaml.safe_dump(body))
-        edit(b)
-        return validate_raycluster(b)
-
-    assert broken(lambda b: b["spec"].update(bogus=1))  # unknown field
-    assert broken(lambda b: b["spec"]["headGroupSpec"]["rayStartParams"].update({"num-cpus": 1}))  # not a string
-    assert broken(lambda b: b["spec"]["headGroupSpec"].pop("template"))  # required
-    assert broken(lambda b: b["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]["limits"].update(cpu="lots"))
-    assert broken(lambda b: b["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].update(
-        env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]))  # list-map duplicate
-    assert broken(lambda b: b["metadata"]["labels"].update({"x": "not a valid value!"}))
-    assert broken(lambda b: b["metadata"].update(name="Upper_Case"))
-
-
-@pytest.mark.parametrize("case", sorted(V1_MATRIX))
-def test_v1_bodies_validate_against_the_swagger(case):
-    spec = make_spec(**V1_MATRIX[case])
-    templates = compute_template_bodies(spec)
-    for t in templates:
-        assert validate_swagger("config.swagger.json", "protoComputeTemplate", t) == []
-    body = cluster_v1_body(spec)
-    assert validate_swagger("cluster.swagger.json", "protoCluster", body) == []
-    assert body["annotations"][LABEL_RUN] == "run-1" and body["clusterSpec"]["headGroupSpec"]["rayStartParams"]
-    assert len(templates) == (1 if case == "no-workers" else 2)
-    if case == "mebibytes":
-        assert (templates[0]["memory"], templates[0]["memoryUnit"]) == (1536, "Mi")
-    if case == "secrets":
-        env = body["clusterSpec"]["headGroupSpec"]["environment"]
-        assert env["values"] == {"HF_HUB_OFFLINE": "1", "N": "3"}
-        assert env["valuesFrom"]["AWS_ACCESS_KEY_ID"] == {"source": "SECRET", "name": "s3-creds", "key": "access"}
-    job = job_submission_v1_body("python x.py", "id-1", {"pip": ["a"], "env_vars": {"A": "1"}}, 1)
-    assert validate_swagger("job_submission.swagger.json", "protoRayJobSubmission", job) == []
-
-
-def test_the_swagger_validator_is_not_vacuous():
-    t = compute_template_bodies(make_spec())[0]
-    assert validate_swagger("config.swagger.json", "protoComputeTemplate", {**t, "cpus": 1})
-    assert validate_swagger("config.swagger.json", "protoComputeTemplate", {k: v for k, v in t.items() if k != "memory"})
-    body = cluster_v1_body(make_spec())
-    assert validate_swagger("cluster.swagger.json", "protoCluster", {**body, "clusterState": "ready"})  # read-only
-    assert validate_swagger("cluster.swagger.json", "protoCluster", {**body, "version": 2})
-    job = job_submission_v1_body("python x.py", "id-1", {"pip": ["a"]})
-    assert validate_swagger("job_submission.swagger.json", "protoRayJobSubmission", {**job, "runtimeEnv": {"pip": ["a"]}})
-
-
-def test_ray_job_body_is_what_rays_client_accepts():
-    from ray.dashboard.modules.job.common import JobSubmitRequest
-
-    body = ray_job_body("python x.py", "sid-1", {"env_vars": {"A": "1"}}, 2, {"stage": "doc_id"})
-    assert JobSubmitRequest(**body).submission_id == "sid-1"
-
-
-@pytest.mark.parametrize("kw, match", [
-    ({"head": NodeGroup(cpu="two")}, "head.cpu"),
-    ({"workers": NodeGroup(memory="4GB")}, "workers.memory"),
-    ({"labels": {LABEL_RUN: "has spaces"}}, "label value"),
-    ({"labels": {"bad key!": "x"}}, "label/annotation key"),
-    ({"env": {"A": "1"}, "env_from_secrets": [{"name": "A", "secret": "s", "key": "k"}]}, "defined twice"),
-    ({"env_from_secrets": [{"name": "A", "secret": "s"}]}, "only one of"),
-    ({"tolerations": [{"key": "a", "operator": "Sometimes"}]}, "operator"),
-    ({"workers": NodeGroup(replicas=3, max_replicas=2)}, "min_replicas <= replicas <= max_replicas"),
-    ({"head": NodeGroup(gpu=-1)}, "head.gpu"),
-    ({"ray_start_params": {"resources": {"a": 1}}}, "scalar"),
-])
-def test_bad_specs_fail_before_any_request(kw, match):
-    with pytest.raises(ConfigError, match=match):
-        raycluster_body(make_spec(**kw))
-
-
-@pytest.mark.parametrize("kw, match", [
-    ({"node_selector": {"pool": "ray"}}, "node_selector"),
-    ({"env_from_secrets": [{"secret": "all-keys"}]}, "all keys"),
-    ({"head": NodeGroup(cpu="500m")}, "whole CPUs"),
-    ({"image_pull_secrets": ["a", "b"]}, "at most one"),
-    ({"tolerations": [{"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}]}, "V1"),
-])
-def test_v1_refuses_what_it_cannot_express(fake, kw, match):
-    p = make_provider(fake, "v1")
-    with pytest.raises(ConfigError, match=match):
-        p.create(make_spec(**kw))
-    assert not fake.requests  # nothing half-created
-
-
-def test_names_kuberay_cannot_use_and_the_default_image():
-    with pytest.raises(ConfigError, match="head Service"):
-        check_name(make_spec("a" * 60))
-    with pytest.raises(ConfigError, match="head Service"):
-        check_name(make_spec("9lives"))
-    try:
-        from prepline.images import RAY_IMAGE  # type: ignore[import-not-found]
-    except ImportError:
-        RAY_IMAGE = ""
-    if RAY_IMAGE:
-        assert raycluster_body(make_spec(image=""))["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == RAY_IMAGE
-    else:
-        with pytest.raises(ConfigError, match="no Ray image"):
-            raycluster_body(make_spec(image=""))
 
 
 # -- cluster names ---------------------------------------------------------------------------------

@@ -16,8 +16,33 @@ from prepline.clusters.base import TERMINAL
 from prepline.clusters.local import LocalProvider, state_dir
 
 
+def _real_job_api(p: LocalProvider, name: str) -> None:
+    """What the fake dashboards mirror, on Ray's real job_head.py: the tail websocket streams the
+    log (the whole log is read once, at the end), a duplicate submission id is refused and read back, an unknown job 404s."""
+    import io
+
+    from prepline.clusters.http import Conflict, NotFound
+
+    c = p.job_client(name)
+    calls = []
+    real = c.request
+    c.request = lambda m, path, *a, **kw: calls.append(f"{m} {path}") or real(m, path, *a, **kw)
+    ep = "python -c \"import time; [print('line', i, flush=True) or time.sleep(0.4) for i in range(6)]\""
+    sid = c.submit(ep, submission_id=f"follow-{name}")
+    out = io.StringIO()
+    assert c.follow(sid, out, timeout=120, poll=0.5).status == "SUCCEEDED"
+    assert all(f"line {i}" in out.getvalue() for i in range(6)), out.getvalue()
+    assert calls.count(f"GET /api/jobs/{sid}/logs") == 1, calls  # streamed; the whole log read once, at the end
+    assert c.submit(ep, submission_id=sid) == sid  # Ray refuses the duplicate (a 500 traceback); read back: ours
+    with pytest.raises(Conflict):
+        c.submit("python -c 'pass'", submission_id=sid)
+    with pytest.raises(NotFound):
+        c.info("no-such-job")
+
+
 def _ray_pids() -> set[int]:
-    out = subprocess.run(["pgrep", "-f", "raylet|gcs_server"], capture_output=True, text=True).stdout
+    """Ray processes of this venv (other checkouts on a shared machine run Ray heads of their own)."""
+    out = subprocess.run(["pgrep", "-f", f"{sys.prefix}/.*(raylet|gcs_server)"], capture_output=True, text=True).stdout
     return {int(p) for p in out.split()}
 
 
@@ -50,6 +75,7 @@ def test_two_heads_at_once_each_run_a_job_and_stop_cleanly(tmp_path, monkeypatch
             assert "hello from " + sys.executable in p.job_logs(n, "default", j)
         failing = p.submit_job(names[0], "default", "python -c 'raise SystemExit(3)'")
         assert _wait(p, names[0], failing).status == "FAILED"
+        _real_job_api(p, names[1])
         assert [c.name for c in p.list(labels={"prepline.dev/run": "run-1"})] == sorted(names)
         # every listener of these heads is on loopback
         ss = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout

@@ -88,7 +88,7 @@ def test_cluster_name_matches_between_start_and_exit_task():
     run_id, stage = "abc/def-0123456789-abcdef-0123456789-abcdef-0123456789", "exact_dedup"
     cluster_json = json.dumps({"image": "registry.example.com/prepline-ray:0.1.0", "workers": {"replicas": 1}})
     with FakeKubeRay(ready_after=1, dashboard_lag=0) as fake:
-        provider_json = json.dumps({"server": fake.url, "poll_interval": 0.01, "backoff": 0.01, "backoff_max": 0.05})
+        provider_json = json.dumps({"server": fake.url, "poll_interval": 0.01, "backoff": 0.01, "backoff_max": 0.05, "job_access": "apiserver"})
         args = dict(provider="kuberay", provider_json=provider_json, cluster_json=cluster_json, run_id=run_id, stage=stage)
         # what prepare (its own pod, another interpreter and hash seed) names the clusters
         code = ("import json, sys; from prepline import stages; a = json.loads(sys.argv[1]); print(json.dumps({b: stages.prepare("

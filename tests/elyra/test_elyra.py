@@ -72,10 +72,15 @@ def test_one_catalog_entry_per_transform_in_v1_format():
         infos = {p.name: p for p in registry.get(t).Config.params()}
         inputs = {i["name"]: i for i in c["inputs"]}
         assert list(inputs) == list(infos) + [n for n, *_ in STAGE_INPUTS]
+        required = {n for n, _, v, *_ in STAGE_INPUTS if v is None}
+        assert required == {"input_path", "work_root"}  # no /tmp defaults: a cluster run names them
         for i in c["inputs"]:
             # only the types that survive Elyra's export; defaults as strings (Elyra calls .replace on them)
-            assert i["type"] in ("String", "Integer", "Float") and i["optional"] is True and isinstance(i["default"], str), i
-            assert i["description"]
+            assert i["type"] in ("String", "Integer", "Float") and i["description"], i
+            if i["name"] in required:
+                assert "default" not in i and "optional" not in i, i
+            else:
+                assert i["optional"] is True and isinstance(i["default"], str), i
         for name, p in infos.items():
             assert inputs[name]["description"].startswith(p.help.rstrip(".")), name
             assert inputs[name]["type"] == {str: "String", int: "Integer", float: "Float", bool: "String", list: "String"}[p.type]
@@ -116,13 +121,13 @@ def test_list_and_bad_values_fail_with_the_parameter_named():
 
 
 def test_templates_reference_the_catalog_and_mirror_the_stages():
-    from prepline.pipelines.factory import DEFAULT_INPUT, DEFAULT_LANGUAGES, DEFAULT_WORK_ROOT, super_stages
+    from prepline.pipelines.factory import DEFAULT_LANGUAGES, super_stages
 
     docs = _pipeline_docs()
     assert set(docs) == {"doc_id", "super"}
     ids = {component_id(t): t for t in registry.names()}
     defaults = {n: v for n, _, v, *_ in STAGE_INPUTS}
-    assert defaults["input_path"] == DEFAULT_INPUT and defaults["work_root"] == DEFAULT_WORK_ROOT
+    assert defaults["input_path"] is None and defaults["work_root"] is None and defaults["provider"] == "kuberay"
     for name, d in docs.items():
         assert d["version"] == "3.0" and d["doc_type"] == "pipeline"
         (p,) = d["pipelines"]
@@ -154,7 +159,7 @@ def test_generation_is_deterministic():
 def _command(transform: str, values: dict[str, str], outdir: Path) -> list[str]:
     """The container's command line from the catalog entry, placeholders filled like KFP does."""
     c = _component(transform)
-    vals = {i["name"]: i["default"] for i in c["inputs"]} | values
+    vals = {i["name"]: i.get("default", "") for i in c["inputs"]} | values
     argv = []
     for a in c["implementation"]["container"]["args"]:
         if isinstance(a, dict) and "inputValue" in a:
@@ -188,7 +193,7 @@ def test_component_command_runs_the_whole_stage_and_always_stops(tmp_path, corpu
     monkeypatch.setenv("PREPLINE_LOCAL_CLUSTERS", str(clusters))
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     # one worker actor (the local head gets head + worker CPUs); a job that hangs fails the step in 5 minutes
-    common = {"work_root": str(tmp_path / "w"), "run_id": "elyra-run-1", "cluster_json": '{"workers": {"cpu": "1", "replicas": 1}}',
+    common = {"provider": "local", "work_root": str(tmp_path / "w"), "run_id": "elyra-run-1", "cluster_json": '{"workers": {"cpu": "1", "replicas": 1}}',
               "timeout_seconds": "300", "start_timeout_seconds": "300"}
     try:
         _run_stage_commands(tmp_path, corpus, env, common, clusters)
@@ -222,7 +227,7 @@ def _run_stage_commands(tmp_path, corpus, env, common, clusters):
     (bad / "x.parquet").write_bytes(b"not parquet")
     r = subprocess.run(_command("doc_id", {**common, "run_id": "elyra-run-2", "input_path": str(bad)}, tmp_path / "out2"),
                        env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 2 and "FAILED" in r.stderr, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 1 and "FAILED" in r.stderr, r.stdout[-3000:] + r.stderr[-3000:]  # RunFailed (prepline.errors)
     assert not list(clusters.glob("*.json")), "the cluster of a failed stage was not stopped"
     assert not (tmp_path / "out2" / "stage_dir").exists()
 
@@ -336,7 +341,17 @@ def _ours(name: str) -> tuple[list[str], dict[str, list[str]], dict]:
 @pytest.mark.parametrize("template", ["doc_id", "super"])
 def test_elyra_validates_and_exports_with_our_stage_structure(template, elyra_env, tmp_path):
     env, home = elyra_env
-    path = TEMPLATES / f"{template}.pipeline"
+    shipped = TEMPLATES / f"{template}.pipeline"
+    # input_path and work_root have no default (no /tmp): Elyra refuses the template until they are filled in
+    r, _ = _elyra(env, home, "validate", "--runtime-config", RUNTIME, str(shipped))
+    assert r.returncode != 0 and "input_path" in r.stdout and "work_root" in r.stdout and "required" in r.stdout, r.stdout[-3000:]
+    doc = json.loads(shipped.read_text())
+    filled = {"input_path": "s3://bucket/in", "work_root": "s3://bucket/work"}
+    for pp in doc["pipelines"][0]["app_data"]["properties"]["pipeline_parameters"]:
+        if pp["name"] in filled:
+            pp["value"] = filled[pp["name"]]  # what the editor's pipeline properties panel stores
+    path = tmp_path / f"{template}.pipeline"
+    path.write_text(json.dumps(doc))
     r, t_validate = _elyra(env, home, "validate", "--runtime-config", RUNTIME, str(path))
     assert r.returncode == 0 and "validation SUCCEEDED" in r.stdout, r.stdout[-4000:] + r.stderr[-4000:]
     out = tmp_path / f"{template}.yaml"
@@ -376,10 +391,25 @@ def test_elyra_validates_and_exports_with_our_stage_structure(template, elyra_en
             prev = stage_of(chain_tasks[i - 1]) if i else (parents.get(const(k, "branch"), "") if const(k, "branch") else "")
             assert const(k, "input_stage") == prev, k
             assert json.loads(const(k, "input_from_split")) == (bool(const(k, "branch")) and i == 0), k
-    # pipeline parameters: the compiled pipeline's names and defaults
+    # pipeline parameters: the compiled pipeline's names and defaults (the required ones: what was filled in)
     ours_params = ours["root"]["inputDefinitions"]["parameters"]
     for p, d in spec["root"]["inputDefinitions"]["parameters"].items():
-        assert d["defaultValue"] == ours_params[p]["defaultValue"], p
+        if p == "s3_credentials":
+            continue  # Elyra only: where the step reads its credentials file
+        if p == "provider_json":  # Elyra writes defaults into Python source unescaped: '{}' (the provider's default server)
+            assert d["defaultValue"] == "{}" and json.loads(ours_params[p]["defaultValue"])["server"]
+            continue
+        assert d["defaultValue"] == ours_params[p].get("defaultValue", filled.get(p)), p
+    # every custom node mounts the credentials claim (Elyra 4.1.1 applies Data Volumes to custom nodes, not secrets)
+    platform = next(d for d in yaml.safe_load_all(out.read_text()) if d and "platforms" in d)
+    k8s_execs = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for k in tasks:
+        label = spec["components"][tasks[k]["componentRef"]["name"]]["executorLabel"]
+        mounts = k8s_execs[label]["pvcMount"]
+        assert [(m["mountPath"], m.get("constant") or m.get("pvcNameParameter", {}).get("runtimeValue", {}).get("constant")) for m in mounts] \
+            == [("/etc/prepline/s3", "prepline-s3-credentials")], mounts
+        for p in ("s3_secret_name", "ray_image", "s3_credentials"):  # the Ray pods' secret and image: pipeline parameters
+            assert tasks[k]["inputs"]["parameters"][p] == {"componentInputParameter": p}
     if template == "super":
         # the per-stage parameters the compiled super pipeline sets by default (overrides_json)
         overrides = json.loads(ours_params["overrides_json"]["defaultValue"])

@@ -34,7 +34,7 @@ def test_errors_exit_non_zero_with_the_fix(tmp_path, corpus, capsys):
     assert "unknown transform 'nope'" in err and "fix:" in err
     assert main(["run", "exact_dedup", "--input", str(corpus), "--output", str(tmp_path / "o"), "--num-shards", "0"]) == 2
     assert "num_shards=0 must be >= 1" in capsys.readouterr().err
-    assert main(["run", "doc_id", "--input", str(tmp_path / "missing"), "--output", str(tmp_path / "o")]) == 1
+    assert main(["run", "doc_id", "--input", str(tmp_path / "missing"), "--output", str(tmp_path / "o")]) == 6  # InputError
     assert "does not exist" in capsys.readouterr().err
     assert main(["frobnicate"]) == 2
 

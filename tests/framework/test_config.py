@@ -69,3 +69,30 @@ def test_every_registered_config_documents_every_parameter():
 def test_unknown_transform():
     with pytest.raises(ConfigError, match="unknown transform 'nope'"):
         registry.get("nope")
+
+
+@pytest.mark.parametrize("values, match", [
+    ({"ratio": float("nan")}, "ratio=nan is not a valid float"),
+    ({"ratio": "nan"}, "is not a valid float"),
+    ({"ratio": "inf"}, "is not a valid float"),
+    ({"shards": 2.5}, "shards=2.5 is not a valid int"),
+    ({"shards": "2.5"}, "is not a valid int"),
+    ({"shards": float("inf")}, "is not a valid int"),
+    ({"shards": 10**30}, "is out of range"),
+    ({"items": [["a"]]}, "is not a valid list"),
+    ({"mode": {"x": 1}}, "is not a valid str"),
+])
+def test_nothing_is_rounded_or_guessed(values, match):
+    with pytest.raises(ConfigError, match=match) as e:
+        DemoConfig.from_params(values)
+    assert e.value.fix
+
+
+def test_whole_floats_and_exponents_are_ints():
+    assert DemoConfig.from_params({"shards": "1e1"}).shards == 10
+    assert DemoConfig.from_params({"shards": 4.0}).shards == 4
+
+
+def test_direct_construction_refuses_nan():
+    with pytest.raises(ConfigError, match="not a finite number"):
+        DemoConfig(ratio=float("nan"))

@@ -33,7 +33,7 @@ from prepline.data_access import (
     s3_client,
 )
 from prepline.engine import RunOptions, run_transform
-from prepline.errors import ConfigError, InputError
+from prepline.errors import ConfigError, InputError, OutputError
 
 
 # ----------------------------------------------------------------------------------------------
@@ -579,7 +579,7 @@ def test_missing_bucket_is_an_input_error_naming_it(s3_server, corpus):
         assert ei.value.fix
     with pytest.raises(InputError, match=name):
         run_transform("doc_id", {}, RunOptions(input=f"s3://{name}/in", output=str(corpus.parent / "out"), workers=1))
-    with pytest.raises(InputError, match=name):
+    with pytest.raises(OutputError, match=name):  # the output's bucket: an output error
         run_transform("doc_id", {}, RunOptions(input=str(corpus), output=f"s3://{name}/out", workers=1))
 
 
@@ -641,3 +641,30 @@ def test_run_transform_on_s3_mirrors_tree_and_is_worker_independent(corpus, s3_b
     # and a local run of the same input writes the same bytes as the S3 runs
     run_transform("doc_id", {}, RunOptions(input=str(corpus), output=str(tmp_path / "local_out"), workers=1, progress=False))
     assert tree_bytes(tmp_path / "local_out") == {rel: s3_get(s3_bucket, f"out1/{rel}") for rel in offsets}
+
+
+def test_page_checksums_are_written_and_a_corrupted_page_fails_its_file(tmp_path):
+    from prepline.context import FileTask, read_checked
+    from prepline.data_access import LocalLocation
+
+    loc = LocalLocation(str(tmp_path))
+    texts = [f"document number {i}" for i in range(300)]
+    table = pa.table({"contents": texts})
+    import pyarrow.parquet as _pq
+
+    _pq.write_table(table, tmp_path / "a.parquet", compression="none", write_page_checksum=True)
+    raw = bytearray((tmp_path / "a.parquet").read_bytes())
+    raw[raw.index(b"document number 150") + 3] ^= 1
+    (tmp_path / "a.parquet").write_bytes(bytes(raw))
+
+    class T:
+        def check_schema(self, schema, where):
+            pass
+
+        def input_columns(self):
+            return []
+
+    with pytest.raises(InputError, match="a.parquet: Parquet data is corrupt or truncated .*CRC checksum"):
+        read_checked(loc, FileTask(str(tmp_path / "a.parquet"), "a.parquet", len(raw)), T(), None)
+    loc.write_parquet("b.parquet", table)  # prepline's own files carry page checksums
+    assert _pq.ParquetFile(tmp_path / "b.parquet").metadata.row_group(0).column(0).statistics is not None

@@ -166,8 +166,9 @@ class Run:
 
 class FakeKfp:
     def __init__(self, token: str | None = None, forbid: tuple[str, ...] = (), multi_user: bool = False, steps: int = 1,
-                 default_page_size: int = 20):
+                 default_page_size: int = 20, server_version: str = "2.17.0"):
         self.token, self.forbid, self.multi_user, self.steps = token, set(forbid), multi_user, steps
+        self.server_version = server_version
         self.default_page_size = default_page_size
         self.pipelines: dict[str, dict] = {}
         self.versions: dict[str, dict] = {}  # version id -> version (with pipeline_spec)
@@ -256,7 +257,9 @@ class FakeKfp:
 
     def _route(self, method, p, q, body, raw, ctype):
         if method == "GET" and p == "/healthz":
-            return 200, {"multi_user": self.multi_user, "pipeline_store": "database"}, "V2beta1GetHealthzResponse"
+            # the HTTP handler of backend/src/apiserver/main.go answers healthz with the release (TAG_NAME) too
+            return 200, {"commit_sha": "fake", "tag_name": self.server_version, "multi_user": self.multi_user,
+                         "pipeline_store": "database"}, "object"  # a plain JSON handler, not the gRPC model
         if method == "POST" and p == "/pipelines/upload":
             return self._upload(q, raw, ctype, None)
         if method == "POST" and p == "/pipelines/upload_version":

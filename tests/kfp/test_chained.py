@@ -22,7 +22,7 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from prepline.components.run_pipeline import run_pipeline
 from prepline.errors import ConfigError, RunFailed
 from prepline.kfp import cli as kfp_cli, client as K, connection as C
-from prepline.pipelines.factory import DEFAULT_LANGUAGES, default_overrides, stage_component_name, super_stages
+from prepline.pipelines.factory import DEFAULT_LANGUAGES, default_overrides, super_stages
 from prepline.stages import prepare, stage_output
 
 pytestmark = pytest.mark.usefixtures("kfp_isolated")  # no KFP settings from this machine
@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPILED = ROOT / "compiled" / "pipelines"
 CHAINED = COMPILED / "super_chained.yaml"
 SHARED = {"input_path", "work_root", "overrides_json", "provider", "provider_json", "cluster_json", "max_failed_files",
+          "launcher_image", "ray_image",
           "timeout_seconds", "start_timeout_seconds", "s3_secret_name"}
 
 
@@ -87,7 +88,7 @@ def test_compiled_structure_matches_the_super_pipeline():
     order = _order(root)
     stage_tasks = [n for n in order if root[n].component_ref.name.startswith("comp-run-pipeline")]
     names = [root[n].inputs.parameters["pipeline_name"].runtime_value.constant.string_value for n in stage_tasks]
-    assert names == [stage_component_name(s) for s in glob]
+    assert names == glob  # the file stems: what the KFP UI's upload dialog names the stage pipelines
     prev = ""
     for n, s in zip(stage_tasks, glob):
         ins = root[n].inputs.parameters
@@ -110,7 +111,7 @@ def test_compiled_structure_matches_the_super_pipeline():
         prev = "lang_id"
         for i, (n, s) in enumerate(zip(_order(inner), branch)):
             ins = inner[n].inputs.parameters
-            assert ins["pipeline_name"].runtime_value.constant.string_value == stage_component_name(s)
+            assert ins["pipeline_name"].runtime_value.constant.string_value == s  # the file stem (the UI's name)
             assert _const(ins["parameters"].runtime_value.constant) == {"input_stage": prev, "input_from_split": i == 0}
             assert ins["item"].component_input_parameter == item
             assert ins["item_parameter"].runtime_value.constant.string_value == "branch"
@@ -156,7 +157,7 @@ def _upload_all(fake):
 
 def _start_parent(fake, *params) -> str:
     kc = K.KfpClient(C.resolve_connection(fake.url))
-    values = {"kfp_host": fake.url, **dict(p.split("=", 1) for p in params)}
+    values = {"kfp_host": fake.url, "input_path": "s3://bucket/in", "work_root": "s3://bucket/work", **dict(p.split("=", 1) for p in params)}
     run = kc.start(package=str(CHAINED), values=values, experiment="chained", run_name="parent")
     return run.run_id
 
@@ -172,6 +173,8 @@ def _walk(fake, parent_id: str, calls: list | None = None) -> list[str]:
     def resolve(task, item=None):
         out = {}
         for name, v in task.inputs.parameters.items():
+            if name == "base_image" or name.startswith("pipelinechannel--"):
+                continue  # the driver's: the task's image (set_container_image), not an argument of the body
             if v.HasField("runtime_value"):
                 c = _const(v.runtime_value.constant)
                 out[name] = parent_id if c == "{{$.pipeline_job_uuid}}" else c
@@ -216,7 +219,7 @@ def test_chain_runs_every_stage_as_a_child_under_the_parents_folder(capsys):
         posts = [c["body"] for c in fake.calls("POST", "/runs$")][1:]  # after the parent's
         assert len(posts) == len(children)
         parent_exp = fake.run(parent)["experiment_id"]
-        expected_names = [stage_component_name(s) for s in glob] + [f"{stage_component_name(s)}-{lg}" for lg in langs for s in branch]
+        expected_names = glob + [f"{s}-{lg}" for lg in langs for s in branch]
         assert [p["display_name"] for p in posts] == [f"{n} (child of {parent})" for n in expected_names]
         assert all(fake.run(c)["state"] == "SUCCEEDED" for c in children)
 
@@ -246,7 +249,8 @@ def test_chain_runs_every_stage_as_a_child_under_the_parents_folder(capsys):
                 assert r["input_path"] == want
                 bprev = r
         out = capsys.readouterr().out
-        assert f"started doc-id (doc-id) as run {children[0]}" in out and "SUCCEEDED" in out
+        # looked up under the file stem (the UI's name), found under the compiled name `prepline kfp upload` gives it
+        assert f"started doc_id (doc-id) as run {children[0]}" in out and "SUCCEEDED" in out
 
 
 @pytest.mark.slow
@@ -255,20 +259,20 @@ def test_failed_or_canceled_child_fails_the_step_and_a_retry_resumes():
         _upload_all(fake)
         parent = _start_parent(fake, "work_root=/w")
         fake.outcomes["exact-dedup"] = "FAILED"
-        with pytest.raises(RunFailed, match=r"child run exact-dedup \(child of .*\) .* ended FAILED: fake: a task of this run failed"):
+        with pytest.raises(RunFailed, match=r"child run exact_dedup \(child of .*\) .* ended FAILED: fake: a task of this run failed"):
             _walk(fake, parent)
-        assert [c["body"]["display_name"].split(" ")[0] for c in fake.calls("POST", "/runs$")[1:]] == ["doc-id", "exact-dedup"]
-        # the parent is retried: doc-id is not started again, exact-dedup is
+        assert [c["body"]["display_name"].split(" ")[0] for c in fake.calls("POST", "/runs$")[1:]] == ["doc_id", "exact_dedup"]
+        # the parent is retried: doc_id is not started again, exact_dedup is
         fake.outcomes["exact-dedup"] = "CANCELED"
         t0 = time.monotonic()
         with pytest.raises(K.ChildRunFailed, match="ended CANCELED"):
             _walk(fake, parent)
         assert time.monotonic() - t0 < 10
-        assert [c["body"]["display_name"].split(" ")[0] for c in fake.calls("POST", "/runs$")[1:]] == ["doc-id", "exact-dedup", "exact-dedup"]
+        assert [c["body"]["display_name"].split(" ")[0] for c in fake.calls("POST", "/runs$")[1:]] == ["doc_id", "exact_dedup", "exact_dedup"]
         del fake.outcomes["exact-dedup"]
         children = _walk(fake, parent)
         names = [c["body"]["display_name"].split(" ")[0] for c in fake.calls("POST", "/runs$")[1:]]
-        assert names.count("doc-id") == 1 and names.count("exact-dedup") == 4 - 1
+        assert names.count("doc_id") == 1 and names.count("exact_dedup") == 4 - 1
         assert len(children) == len(set(children))
 
 
@@ -297,10 +301,11 @@ def test_run_pipeline_errors():
             run_pipeline.python_func(pipeline_name="doc-id", parent_run_id="nope", run_id_parameter="", host=fake.url, poll_seconds=0)
         assert len(fake.calls("POST", "/runs$")) == 1  # only the parent
         # without a parent: explicit parameters only, a timestamped name, the Default experiment
-        rid = run_pipeline.python_func(pipeline_name="doc-id", parameters={"work_root": "/x", "max_failed_files": "3"},
+        rid = run_pipeline.python_func(pipeline_name="doc-id", parameters={"input_path": "/i", "work_root": "/x", "max_failed_files": "3"},
                                        host=fake.url, poll_seconds=0)
         body = fake.calls("POST", "/runs$")[-1]["body"]
-        assert fake.run(rid)["state"] == "SUCCEEDED" and body["runtime_config"]["parameters"] == {"work_root": "/x", "max_failed_files": 3}
+        assert fake.run(rid)["state"] == "SUCCEEDED"
+        assert body["runtime_config"]["parameters"] == {"input_path": "/i", "work_root": "/x", "max_failed_files": 3}
         assert fake.experiments[body["experiment_id"]]["display_name"] == "Default"
 
 
@@ -311,7 +316,8 @@ def test_sigterm_on_the_step_terminates_the_child(tmp_path):
         assert kfp_cli.main(["upload", str(COMPILED / "doc_id.yaml"), "--host", fake.url]) == 0
         fake.outcomes["doc-id"] = "HANG"
         code = ("from prepline.components.run_pipeline import run_pipeline; "
-                f"run_pipeline.python_func(pipeline_name='doc-id', host='{fake.url}', poll_seconds=0)")
+                f"run_pipeline.python_func(pipeline_name='doc-id', host='{fake.url}', poll_seconds=0, "
+                "parameters={'input_path': '/i', 'work_root': '/w'})")
         env = {**os.environ, "HOME": str(tmp_path)}
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         try:
@@ -342,16 +348,30 @@ def test_component_runs_under_kfp_local(tmp_path):
 
         @dsl.pipeline(name="drive")
         def drive(host: str, work_root: str):
-            run_pipeline(pipeline_name="doc-id", parameters={"max_failed_files": 1}, host=host, poll_seconds=1, inherit_parameters=False,
-                         run_id_parameter="")
+            run_pipeline(pipeline_name="doc-id", parameters={"max_failed_files": 1, "input_path": "/i", "work_root": work_root}, host=host,
+                         poll_seconds=1, inherit_parameters=False, run_id_parameter="")
 
         os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"), raise_on_error=True)
         drive(host=fake.url, work_root="/w")
         (rid,) = fake.runs
         assert fake.run(rid)["state"] == "SUCCEEDED"
-        assert fake.calls("POST", "/runs$")[0]["body"]["runtime_config"]["parameters"] == {"max_failed_files": 1}
+        assert fake.calls("POST", "/runs$")[0]["body"]["runtime_config"]["parameters"] == {"max_failed_files": 1, "input_path": "/i",
+                                                                                          "work_root": "/w"}
         fake.outcomes["doc-id"] = "FAILED"
         with pytest.raises(RuntimeError):
             drive(host=fake.url, work_root="/w")
         assert sorted(r.state for r in fake.runs.values()) == ["FAILED", "SUCCEEDED"]
+
+
+def test_stage_pipelines_are_found_under_the_ui_name_and_the_compiled_name():
+    """The KFP UI's upload dialog names a pipeline after its file (doc_id), `prepline kfp upload` after
+    its compiled name (doc-id: KFP pipeline names take no '_'); the chained pipeline asks for the file stem."""
+    with FakeKfp() as fake:
+        params = {"input_path": "/i", "work_root": "/w"}
+        assert kfp_cli.main(["upload", str(COMPILED / "doc_id.yaml"), "--name", "doc_id", "--host", fake.url]) == 0  # as the UI does
+        rid = run_pipeline.python_func(pipeline_name="doc_id", parameters=params, host=fake.url, poll_seconds=0)
+        assert fake.run(rid)["state"] == "SUCCEEDED"
+        assert kfp_cli.main(["upload", str(COMPILED / "exact_dedup.yaml"), "--host", fake.url]) == 0  # named exact-dedup
+        rid = run_pipeline.python_func(pipeline_name="exact_dedup", parameters=params, host=fake.url, poll_seconds=0)
+        assert fake.run(rid)["state"] == "SUCCEEDED"

@@ -24,6 +24,9 @@ pytestmark = pytest.mark.usefixtures("kfp_isolated")  # no KFP settings from thi
 ROOT = Path(__file__).resolve().parents[2]
 
 DOC_ID = ROOT / "compiled" / "pipelines" / "doc_id.yaml"
+#: the compiled pipelines have no input/work defaults (cluster-ready: no /tmp): every run passes them
+REQ_VALUES = {"input_path": "s3://b/in", "work_root": "s3://b/w"}
+REQ = tuple(a for k, v in REQ_VALUES.items() for a in ("--param", f"{k}={v}"))
 EXACT = ROOT / "compiled" / "pipelines" / "exact_dedup.yaml"
 PREPLINE = Path(sys.executable).parent / "prepline"
 
@@ -125,19 +128,19 @@ def test_run_from_file_with_flags_and_params_file(fake, capsys, tmp_path):
     pf = tmp_path / "params.yaml"
     pf.write_text("work_root: s3://bucket/work\nmax_failed_files: 2\ninput_from_split: true\n"
                   "cluster_json:\n  workers: {replicas: 2}\nparams_json: '{}'\n")
-    code, r = kfpj(capsys, "run", DOC_ID, "--params-file", pf, "--param", "max_failed_files=5", "--param", "branch=en",
+    code, r = kfpj(capsys, "run", DOC_ID, "--param", "input_path=s3://b/in", "--params-file", pf, "--param", "max_failed_files=5", "--param", "branch=en",
                    "--experiment", "ci", "--run-name", "doc-id ci", "--host", fake.url)
     assert code == 0 and r["state"] == "PENDING" and r["display_name"] == "doc-id ci"
     (post,) = fake.calls("POST", "/runs$")
     rc = post["body"]["runtime_config"]
-    assert rc["parameters"] == {"work_root": "s3://bucket/work", "max_failed_files": 5, "input_from_split": True,
+    assert rc["parameters"] == {"input_path": "s3://b/in", "work_root": "s3://bucket/work", "max_failed_files": 5, "input_from_split": True,
                                 "cluster_json": '{"workers": {"replicas": 2}}', "params_json": "{}", "branch": "en"}
     spec = post["body"]["pipeline_spec"]  # inline: the compiled file, with its platform spec
     assert spec["pipeline_spec"]["pipelineInfo"]["name"] == "doc-id" and "kubernetes" in spec["platform_spec"]["platforms"]
     exp = fake.experiments[post["body"]["experiment_id"]]
     assert exp["display_name"] == "ci"
     # the experiment is reused, not created again
-    assert kfpj(capsys, "run", DOC_ID, "--experiment", "ci", "--host", fake.url)[0] == 0
+    assert kfpj(capsys, "run", DOC_ID, *REQ, "--experiment", "ci", "--host", fake.url)[0] == 0
     assert len(fake.calls("POST", "/experiments$")) == 1
 
 
@@ -150,20 +153,20 @@ def test_run_uploaded_pipeline_by_name_and_version(fake, capsys, tmp_path):
     f2.write_text(yaml.safe_dump_all(docs))
     v2 = kfpj(capsys, "upload", f2, "--version", "v2", *h)[1]
     # newest version by default: it has "extra"
-    code, r = kfpj(capsys, "run", "--pipeline", "doc-id", "--param", "extra=1", *h)
-    assert code == 0 and r["pipeline_version_id"] == v2["version_id"] and r["parameters"] == {"extra": "1"}
+    code, r = kfpj(capsys, "run", "--pipeline", "doc-id", *REQ, "--param", "extra=1", *h)
+    assert code == 0 and r["pipeline_version_id"] == v2["version_id"] and r["parameters"] == {**REQ_VALUES, "extra": "1"}
     # the first version has no "extra": checked against that version's spec
-    code, out, err = kfp(capsys, "run", "--pipeline", "doc-id", "--version", "doc-id", "--param", "extra=1", *h)
+    code, out, err = kfp(capsys, "run", "--pipeline", "doc-id", *REQ, "--version", "doc-id", "--param", "extra=1", *h)
     assert code == K.EXIT_USAGE and "has no parameter extra" in err
-    code, r = kfpj(capsys, "run", "--pipeline", "doc-id", "--version", "doc-id", "--param", "timeout_seconds=60", *h)
-    assert code == 0 and r["pipeline_version_id"] == v1["version_id"] and r["parameters"] == {"timeout_seconds": 60}
+    code, r = kfpj(capsys, "run", "--pipeline", "doc-id", *REQ, "--version", "doc-id", "--param", "timeout_seconds=60", *h)
+    assert code == 0 and r["pipeline_version_id"] == v1["version_id"] and r["parameters"] == {**REQ_VALUES, "timeout_seconds": 60}
     body = fake.calls("POST", "/runs$")[-1]["body"]
     assert body["pipeline_version_reference"] == {"pipeline_id": v1["pipeline_id"], "pipeline_version_id": v1["version_id"]}
     assert "pipeline_spec" not in body
     # unknown pipeline / version
     code, out, err = kfp(capsys, "run", "--pipeline", "nope", *h)
     assert code == K.EXIT_API and "no pipeline named nope" in err and "prepline kfp upload" in err and "doc-id" in err
-    code, out, err = kfp(capsys, "run", "--pipeline", "doc-id", "--version", "v9", *h)
+    code, out, err = kfp(capsys, "run", "--pipeline", "doc-id", *REQ, "--version", "v9", *h)
     assert code == K.EXIT_API and "has no version v9" in err and "v2" in err
 
 
@@ -202,9 +205,9 @@ def test_parameters_are_checked_before_posting(fake, capsys, tmp_path):
 def test_malformed_parameters_file(fake, capsys, tmp_path, name, text, msg):
     f = tmp_path / name
     f.write_text(text)
-    code, out, err = kfp(capsys, "run", DOC_ID, "--params-file", f, "--host", fake.url)
+    code, out, err = kfp(capsys, "run", DOC_ID, *REQ, "--params-file", f, "--host", fake.url)
     assert code == K.EXIT_USAGE and msg in err and "fix:" in err
-    code, out, err = kfp(capsys, "run", DOC_ID, "--params-file", tmp_path / "absent.yaml", "--host", fake.url)
+    code, out, err = kfp(capsys, "run", DOC_ID, *REQ, "--params-file", tmp_path / "absent.yaml", "--host", fake.url)
     assert code == K.EXIT_USAGE and "cannot read parameters file" in err
     assert not fake.calls("POST")
 
@@ -213,7 +216,7 @@ def test_malformed_parameters_file(fake, capsys, tmp_path, name, text, msg):
 
 
 def _start(fake, capsys, *extra) -> str:
-    code, r = kfpj(capsys, "run", DOC_ID, "--host", fake.url, *extra)
+    code, r = kfpj(capsys, "run", DOC_ID, *REQ, "--host", fake.url, *extra)
     assert code == 0
     return r["run_id"]
 
@@ -271,7 +274,7 @@ def test_wait_retries_transient_errors_and_unknown_run(fake, capsys):
 
 def test_run_with_wait(fake, capsys):
     fake.outcomes["bad"] = "FAILED"
-    code, r = kfpj(capsys, "run", DOC_ID, "--run-name", "bad", "--wait", "--poll", "0.01", "--host", fake.url)
+    code, r = kfpj(capsys, "run", DOC_ID, *REQ, "--run-name", "bad", "--wait", "--poll", "0.01", "--host", fake.url)
     assert code == K.EXIT_FAILED and r["state"] == "FAILED" and r["exit_code"] == 1
 
 
@@ -281,14 +284,14 @@ def test_run_with_wait(fake, capsys):
 def test_clone_version_run_keeps_reference_and_runtime_config(fake, capsys):
     h = ("--host", fake.url)
     kfpj(capsys, "upload", DOC_ID, *h)
-    code, r = kfpj(capsys, "run", "--pipeline", "doc-id", "--param", "work_root=/w", "--param", "max_failed_files=2",
+    code, r = kfpj(capsys, "run", "--pipeline", "doc-id", *REQ, "--param", "work_root=/w", "--param", "max_failed_files=2",
                    "--pipeline-root", "s3://b/root", "--service-account", "runner", "--run-name", "first", "--experiment", "e1", *h)
     old = fake.calls("POST", "/runs$")[-1]["body"]
     code, c = kfpj(capsys, "clone", r["run_id"], "--param", "max_failed_files=7", *h)
     assert code == 0 and c["display_name"] == "Clone of first" and c["run_id"] != r["run_id"]
     new = fake.calls("POST", "/runs$")[-1]["body"]
     assert new["pipeline_version_reference"] == old["pipeline_version_reference"] and "pipeline_spec" not in new
-    assert new["runtime_config"] == {"parameters": {"work_root": "/w", "max_failed_files": 7}, "pipeline_root": "s3://b/root"}
+    assert new["runtime_config"] == {"parameters": {"input_path": "s3://b/in", "work_root": "/w", "max_failed_files": 7}, "pipeline_root": "s3://b/root"}
     assert new["experiment_id"] == old["experiment_id"] and new["service_account"] == "runner"
     # overrides are checked against the run's pipeline; nothing is posted on error
     n = len(fake.calls("POST", "/runs$"))
@@ -488,7 +491,7 @@ def test_cli_entry_point_subprocess(fake, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("KF_PIPELINES")}
     env["HOME"] = str(tmp_path)
     fake.outcomes["c"] = "CANCELED"
-    r = subprocess.run([str(PREPLINE), "kfp", "run", str(DOC_ID), "--run-name", "c", "--host", fake.url, "--json"],
+    r = subprocess.run([str(PREPLINE), "kfp", "run", str(DOC_ID), *REQ, "--run-name", "c", "--host", fake.url, "--json"],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     rid = json.loads(r.stdout)["run_id"]
@@ -499,3 +502,18 @@ def test_cli_entry_point_subprocess(fake, tmp_path):
     assert r.returncode == 2 and "no Kubeflow Pipelines host" in r.stderr
     r = subprocess.run([str(PREPLINE), "--help"], capture_output=True, text=True, env=env, timeout=120)
     assert "kfp" in r.stdout
+
+
+def test_version_says_what_an_older_backend_cannot_run(capsys):
+    from prepline.compat import FEATURES, kfp_backend_notes
+
+    with FakeKfp(server_version="2.17.0") as fake:
+        code, r = kfpj(capsys, "version", "--host", fake.url)
+        assert code == 0 and r["tag_name"] == "2.17.0" and r["notes"] == []
+    with FakeKfp(server_version="2.5.0") as fake:
+        code, r = kfpj(capsys, "version", "--host", fake.url)
+        assert code == 0 and len(r["notes"]) == 2 and "older than 2.15.0" in r["notes"][0]  # optional secrets; the UI's DAG status
+        code, out, err = kfp(capsys, "upload", DOC_ID, "--host", fake.url)
+        assert code == 0 and "warning: KFP backend 2.5.0 is older than 2.15.0" in err
+    assert len(kfp_backend_notes("2.3.0")) == len([f for f in FEATURES if f.system == "KFP backend"])
+    assert "does not report a release" in kfp_backend_notes("unknown")[0] and "2.15.0" in kfp_backend_notes(None)[0]

@@ -14,6 +14,7 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from prepline import registry, stage_params
 from prepline.kfp.compile import sync_compiled
 from prepline.pipelines.factory import BRANCH_STAGES, GLOBAL_STAGES, default_overrides, pipelines, super_defaults, super_stages
+from prepline.images import DEFAULT as DEFAULT_IMAGES
 from prepline.stage_params import DEFAULT_LANGUAGES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,9 +58,12 @@ def _check_parameters(spec: dict, names: list[str], defaults: dict) -> None:
     for n in names:
         p = stage_params.PARAMS[n]
         d = got[n]
-        assert d["parameterType"] == _KFP_TYPE[p.type], n
-        assert d["isOptional"] is True and d["description"], n
+        assert d["parameterType"] == _KFP_TYPE[p.type] and d["description"], n
         want = defaults.get(n, p.default)
+        if want is stage_params.REQUIRED:  # e.g. input_path, work_root: the user must say where
+            assert "defaultValue" not in d and not d.get("isOptional"), n
+            continue
+        assert d["isOptional"] is True, n
         assert d["defaultValue"] == (float(want) if p.type is int else want), n  # KFP writes ints as floats
 
 
@@ -97,7 +101,7 @@ def test_simple_pipeline_structure(name):
     _spec(COMPILED / "pipelines" / f"{name}.yaml")  # parses strictly
     spec = _root(name)
     assert spec["pipelineInfo"]["name"] == name.replace("_", "-")
-    _check_parameters(spec, stage_params.STAGE, {})
+    _check_parameters(spec, stage_params.STAGE, stage_params.image_defaults(DEFAULT_IMAGES))
     _check_stage_dag(spec, spec["root"], name)
 
 
@@ -173,3 +177,24 @@ def test_components_load_back_with_their_interface():
         assert {k: v.type for k, v in (back.outputs or {}).items()} == {k: v.type for k, v in (spec.outputs or {}).items()}, name
         c, b = spec.implementation.container, back.implementation.container
         assert (b.image, b.command, b.args) == (c.image, c.command, c.args), name
+
+
+def test_compiled_defaults_are_for_a_cluster():
+    """No provider default of local and no /tmp default anywhere in compiled/: input_path and work_root
+    are required, the provider is kuberay at the API server's in-cluster address."""
+    import json
+
+    from prepline.stage_params import DEFAULT_KUBERAY_SERVER
+
+    for p in sorted(COMPILED.rglob("*.yaml")):
+        text = p.read_text()
+        assert "/tmp" not in text, p
+        params = next(yaml.safe_load_all(text)).get("root", {}).get("inputDefinitions", {}).get("parameters", {})
+        # (train_mode's 'local' is not a provider: it trains in the fine_tune step's own pod, trainer image)
+        assert params.get("provider", {}).get("defaultValue") != "local", p
+        if "provider" in params and p.parent.name == "pipelines":
+            assert params["provider"]["defaultValue"] == "kuberay", p
+            assert json.loads(params["provider_json"]["defaultValue"])["server"] == DEFAULT_KUBERAY_SERVER, p
+            assert "defaultValue" not in params["work_root"] and not params["work_root"].get("isOptional"), p
+        if "input_path" in params and p.parent.name == "pipelines":
+            assert "defaultValue" not in params["input_path"], p

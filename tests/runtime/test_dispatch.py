@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_corpus, tree_bytes
+from conftest import children, descends_from, make_corpus, tree_bytes
 from prepline.engine import RunOptions, run_transform
+from prepline.errors import RunFailed
 from prepline.runtime.dispatch import WorkerLost, dispatch
 
 
@@ -74,23 +75,11 @@ def test_stop_when_told_and_cancel_what_runs():
     assert len(seen) == 2 and len(b.cancelled) == 2  # the two others still running
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(d.name))
-            except (OSError, IndexError, ValueError):
-                pass
-    return out
-
-
 def _kill_first_pool_worker(stop: threading.Event, killed: list) -> None:
     """SIGKILL one spawned pool worker as soon as one exists (it is then busy with its first task)."""
     me = os.getpid()
     while not stop.is_set():
-        for pid in _children(me):
+        for pid in children(me):
             try:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
@@ -127,13 +116,14 @@ def test_with_no_retries_a_killed_worker_fails_the_run_with_metadata(tmp_path):
     t = threading.Thread(target=_kill_first_pool_worker, args=(stop, killed), daemon=True)
     t.start()
     try:
-        with pytest.raises(Exception, match="worker process died"):
-            run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "out"), workers=2, task_retries=0))
+        with pytest.raises(RunFailed, match="worker process died"):  # even with --max-failed-files: not an input file
+            run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "out"), workers=2, task_retries=0, max_failed_files=3))
     finally:
         stop.set()
         t.join(5)
     meta = json.loads((tmp_path / "out" / "metadata.json").read_text())
-    assert meta["status"] == "failed" and meta["failures"]
+    assert meta["status"] == "failed" and meta["error"]["kind"] == "worker_lost" and not meta["failures"]
+    assert meta["totals"]["docs_out"] == sum(f["docs_out"] for f in meta["files"].values())  # what was written
 
 
 def _kill_first_ray_actor(stop: threading.Event, killed: list) -> None:
@@ -146,7 +136,7 @@ def _kill_first_ray_actor(stop: threading.Event, killed: list) -> None:
                 cmd = (d / "cmdline").read_bytes()
             except OSError:
                 continue
-            if cmd.startswith(b"ray::_RayWorker.run"):
+            if cmd.startswith(b"ray::_RayWorker.run") and descends_from(int(d.name), os.getpid()):
                 os.kill(int(d.name), signal.SIGKILL)
                 killed.append(int(d.name))
                 return

@@ -6,6 +6,7 @@ checks (import check, offline smoke test) run here in the project's venv."""
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import re
 import shlex
@@ -73,7 +74,9 @@ def pins() -> dict[str, str]:
 
 
 RAY = parse_dockerfile(IMAGES / "ray" / "Dockerfile")
+TRAINER = parse_dockerfile(IMAGES / "trainer" / "Dockerfile")
 LAUNCHER = parse_dockerfile(IMAGES / "launcher" / "Dockerfile")
+DOCKERFILES = {"ray": RAY, "trainer": TRAINER, "launcher": LAUNCHER}
 PY_MINOR = re.fullmatch(r">=(3\.\d+),<3\.\d+", PROJECT["requires-python"]).group(1)
 
 
@@ -94,6 +97,18 @@ def test_ray_image_base_matches_the_pins():
 
 def test_launcher_image_base_matches_python():
     assert _from(LAUNCHER) == f"python:{PY_MINOR}-slim"
+
+
+def test_trainer_image_is_the_ray_image_plus_torch_and_kfp():
+    assert _from(TRAINER) == images.RAY_IMAGE  # FROM the Ray image of the same registry and tag
+    extras = _extras(TRAINER)
+    assert set(_extras(RAY)) <= set(extras) and {"train", "kfp"} <= set(extras)
+    assert "torch" in " ".join(r for i, r in TRAINER if i == "RUN")  # the image's own import check
+
+
+@pytest.mark.parametrize("kind", sorted(DOCKERFILES))
+def test_the_declared_extras_are_the_dockerfiles(kind):
+    assert tuple(_extras(DOCKERFILES[kind])) == images.EXTRAS[kind]
 
 
 def _extras(instrs) -> list[str]:
@@ -121,7 +136,7 @@ def test_launcher_image_has_the_kfp_extra():
     assert any('pip install "/tmp/prepline-src[kfp]"' in r for r in runs)
 
 
-@pytest.mark.parametrize("instrs", [RAY, LAUNCHER], ids=["ray", "launcher"])
+@pytest.mark.parametrize("instrs", [RAY, TRAINER, LAUNCHER], ids=["ray", "trainer", "launcher"])
 def test_no_version_in_a_dockerfile_disagrees_with_pyproject(instrs):
     text = subst(" ".join(r for _, r in instrs), args_of(instrs))
     p = pins()
@@ -130,7 +145,8 @@ def test_no_version_in_a_dockerfile_disagrees_with_pyproject(instrs):
             assert p[name.lower()] == ver, f"{name}=={ver} but pyproject.toml pins {p[name.lower()]}"
 
 
-@pytest.mark.parametrize("instrs,image", [(RAY, images.RAY_IMAGE), (LAUNCHER, images.LAUNCHER_IMAGE)], ids=["ray", "launcher"])
+@pytest.mark.parametrize("instrs,image", [(RAY, images.RAY_IMAGE), (TRAINER, images.TRAINER_IMAGE), (LAUNCHER, images.LAUNCHER_IMAGE)],
+                         ids=["ray", "trainer", "launcher"])
 def test_tags_and_versions_come_from_the_one_module(instrs, image):
     a = args_of(instrs)
     assert a["IMAGE"] == image and a["PREPLINE_VERSION"] == images.VERSION == prepline.__version__ == PROJECT["version"]
@@ -155,9 +171,9 @@ def _ignored(rel: str, patterns: list[str]) -> bool:
     return ignored
 
 
-@pytest.mark.parametrize("name", ["ray", "launcher"])
+@pytest.mark.parametrize("name", ["ray", "trainer", "launcher"])
 def test_build_context_holds_the_sources_and_nothing_else(name):
-    instrs = RAY if name == "ray" else LAUNCHER
+    instrs = DOCKERFILES[name]
     patterns = [l.strip() for l in (IMAGES / name / "Dockerfile.dockerignore").read_text().splitlines()
                 if l.strip() and not l.startswith("#")]
     copied = []
@@ -179,7 +195,7 @@ def test_build_context_holds_the_sources_and_nothing_else(name):
 def test_python_checks_of_the_dockerfiles_pass_here():
     """The RUN python -c checks of both images, with the build args' defaults, in this venv
     (it has every extra): a typo in a module name or in the version check fails here."""
-    for instrs in (RAY, LAUNCHER):
+    for instrs in (RAY, TRAINER, LAUNCHER):
         a = args_of(instrs)
         for i, rest in instrs:
             if i != "RUN":
@@ -189,46 +205,111 @@ def test_python_checks_of_the_dockerfiles_pass_here():
                 assert r.returncode == 0, f"{cmd}: {r.stderr[-2000:]}"
 
 
-def test_build_script_passes_the_tags_and_pins():
-    r = subprocess.run(["bash", str(ROOT / "scripts" / "build_images.sh"), "--dry-run", "--push"], capture_output=True, text=True,
-                       cwd=ROOT)
+def _dry_run(*args):
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "build_images.sh"), "--dry-run", *args], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
-    cmds = [shlex.split(l) for l in r.stdout.splitlines() if l.strip()]
+    return [shlex.split(l) for l in r.stdout.splitlines() if l.strip()]
+
+
+def _build_args(c):
+    return dict(c[i + 1].split("=", 1) for i, w in enumerate(c) if w == "--build-arg")
+
+
+def test_build_script_passes_the_tags_and_pins():
+    cmds = _dry_run("--push")
     builds = {c[c.index("-f") + 1]: c for c in cmds if c[:2] == ["docker", "build"]}
-    ray, launcher = builds["runtime_images/ray/Dockerfile"], builds["runtime_images/launcher/Dockerfile"]
-
-    def build_args(c):
-        return dict(c[i + 1].split("=", 1) for i, w in enumerate(c) if w == "--build-arg")
-
+    ray, trainer, launcher = (builds[f"runtime_images/{k}/Dockerfile"] for k in ("ray", "trainer", "launcher"))
+    assert list(builds)[:2] == ["runtime_images/ray/Dockerfile", "runtime_images/trainer/Dockerfile"]  # trainer is FROM ray
     assert ray[ray.index("-t") + 1] == images.RAY_IMAGE and launcher[launcher.index("-t") + 1] == images.LAUNCHER_IMAGE
-    assert build_args(ray) == {"IMAGE": images.RAY_IMAGE, "PREPLINE_VERSION": images.VERSION, "RAY_VERSION": pins()["ray"],
-                               "PYTHON_TAG": "py" + PY_MINOR.replace(".", "")}
-    assert build_args(launcher) == {"IMAGE": images.LAUNCHER_IMAGE, "PREPLINE_VERSION": images.VERSION, "PYTHON_VERSION": PY_MINOR}
+    assert trainer[trainer.index("-t") + 1] == images.TRAINER_IMAGE
+    assert _build_args(ray) == {"IMAGE": images.RAY_IMAGE, "PREPLINE_VERSION": images.VERSION, "RAY_VERSION": pins()["ray"],
+                                "PYTHON_TAG": "py" + PY_MINOR.replace(".", "")}
+    assert _build_args(trainer) == {"IMAGE": images.TRAINER_IMAGE, "PREPLINE_VERSION": images.VERSION, "RAY_IMAGE": images.RAY_IMAGE}
+    assert _build_args(launcher) == {"IMAGE": images.LAUNCHER_IMAGE, "PREPLINE_VERSION": images.VERSION, "PYTHON_VERSION": PY_MINOR}
     # the build args the script passes are the ARGs the Dockerfiles declare, with the same defaults
-    assert all(args_of(RAY)[k] == v for k, v in build_args(ray).items())
-    assert all(args_of(LAUNCHER)[k] == v for k, v in build_args(launcher).items())
-    assert ray[-1] == launcher[-1] == "."  # context: the repository root
-    assert ["docker", "push", images.RAY_IMAGE] in cmds and ["docker", "push", images.LAUNCHER_IMAGE] in cmds
+    for c, instrs in ((ray, RAY), (trainer, TRAINER), (launcher, LAUNCHER)):
+        assert all(args_of(instrs)[k] == v for k, v in _build_args(c).items())
+        assert c[-1] == "."  # context: the repository root
+    for img in (images.RAY_IMAGE, images.TRAINER_IMAGE, images.LAUNCHER_IMAGE):
+        assert ["docker", "push", img] in cmds
+    assert not [c for c in cmds if "compile" in c]  # the default images: compiled/ already references them
     bad = subprocess.run(["bash", str(ROOT / "scripts" / "build_images.sh"), "--only", "gpu"], capture_output=True, text=True, cwd=ROOT)
-    assert bad.returncode == 2 and "--only takes ray or launcher" in bad.stderr
+    assert bad.returncode == 2 and "--only takes ray, trainer or launcher" in bad.stderr
 
 
-def test_compiled_yaml_and_elyra_catalog_use_the_image_constants():
+def test_one_command_builds_pushes_and_compiles_for_another_registry():
+    other = images.ImageSet("registry.example.com:5000/team", "2.0.1")
+    cmds = _dry_run("--registry", other.registry, "--tag", other.tag, "--push")
+    tags = [c[c.index("-t") + 1] for c in cmds if c[:2] == ["docker", "build"]]
+    assert tags == [other.ray, other.trainer, other.launcher]
+    assert [c[2] for c in cmds if c[:2] == ["docker", "push"]] == [other.ray, other.trainer, other.launcher]
+    assert _build_args(next(c for c in cmds if other.trainer in c))["RAY_IMAGE"] == other.ray
+    assert cmds[-1][1:] == ["compile", "--registry", other.registry, "--tag", other.tag]
+    bad = subprocess.run(["bash", str(ROOT / "scripts" / "build_images.sh"), "--dry-run", "--registry", "Bad Registry"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode != 0 and "not a registry" in bad.stderr
+
+
+_PLACEHOLDER = re.compile(r"^\{\{\$\.inputs\.parameters\['pipelinechannel--(\w+_image)'\]\}\}$")
+
+
+def image_references(compiled: Path, elyra: Path) -> dict[str, set[str]]:
+    """Every image a run of these files can use: the components' images, the image parameters'
+    defaults behind the tasks' image placeholders, the Elyra catalog's images and its ray_image."""
+    found: dict[str, set[str]] = {}
+    for p in sorted(compiled.rglob("*.yaml")):
+        docs = [d for d in yaml.safe_load_all(p.read_text()) if d]
+        params = docs[0].get("root", {}).get("inputDefinitions", {}).get("parameters", {})
+        for ex in docs[0].get("deploymentSpec", {}).get("executors", {}).values():
+            ref = ex["container"]["image"]
+            ph = _PLACEHOLDER.match(ref)
+            if ph:  # set_container_image(<pipeline parameter>): the parameter's default is the image
+                ref = params[ph.group(1)]["defaultValue"]
+            found.setdefault(ref, set()).add(str(p.relative_to(compiled.parent)))
+        for k in ("ray_image", "launcher_image", "trainer_image"):
+            if "defaultValue" in params.get(k, {}):  # a pipeline's parameter (a component's input has none, or '')
+                found.setdefault(params[k]["defaultValue"], set()).add(f"{p.name}:{k}")
+    for p in sorted(elyra.rglob("*.yaml")):
+        spec = yaml.safe_load(p.read_text())
+        found.setdefault(spec["implementation"]["container"]["image"], set()).add(p.name)
+        for i in spec["inputs"]:
+            if i["name"].endswith("_image"):
+                found.setdefault(i["default"], set()).add(f"{p.name}:{i['name']}")
+    for p in sorted(elyra.glob("*.pipeline")):
+        for pp in json.loads(p.read_text())["pipelines"][0]["app_data"]["properties"]["pipeline_parameters"]:
+            if pp["name"].endswith("_image"):
+                found.setdefault(pp["default_value"]["value"], set()).add(f"{p.name}:{pp['name']}")
+    return found
+
+
+def test_compiled_yaml_and_elyra_catalog_use_the_one_image_setting():
     from prepline.clusters.base import ClusterSpec
     from prepline.clusters.kuberay_bodies import resolve_image
+    from prepline.train.trainjob import TrainJobOptions, trainjob_manifest
 
-    found = {}
-    for p in sorted((ROOT / "compiled").rglob("*.yaml")) + sorted((ROOT / "elyra_templates").rglob("*.yaml")):
-        for m in re.finditer(r"^\s*image:\s*(\S+)\s*$", p.read_text(), re.M):
-            found.setdefault(m.group(1).strip("'\""), []).append(p.relative_to(ROOT))
-    assert images.LAUNCHER_IMAGE in found, "compiled/ references no launcher image"
-    assert set(found) <= {images.LAUNCHER_IMAGE, images.RAY_IMAGE}, {k: v for k, v in found.items()
-                                                                       if k not in (images.LAUNCHER_IMAGE, images.RAY_IMAGE)}
+    found = image_references(ROOT / "compiled", ROOT / "elyra_templates")
+    assert set(found) == set(images.DEFAULT.all().values()), found
+    assert any("fine_tune" in w for w in found[images.TRAINER_IMAGE])  # training runs in the trainer image
     for t in registry.names():
         spec = yaml.safe_load((ROOT / "elyra_templates" / "components" / f"{t}.yaml").read_text())
         assert spec["implementation"]["container"]["image"] == images.LAUNCHER_IMAGE
-    # a cluster without an explicit image runs the Ray runtime image
+    # a cluster without an explicit image runs the Ray runtime image; a TrainJob the trainer image
     assert resolve_image(ClusterSpec(name="x")) == images.RAY_IMAGE
+    tj = trainjob_manifest("pl-x", "default", ["/in"], "/out", {}, TrainJobOptions())
+    assert tj["spec"]["trainer"]["image"] == images.TRAINER_IMAGE
+
+
+@pytest.mark.slow
+def test_compile_for_another_registry_references_only_its_images(tmp_path):
+    from prepline.cli import main
+
+    other = images.ImageSet("registry.example.com:5000/team", "2.0.1")
+    assert main(["compile", "--registry", other.registry, "--tag", other.tag, "--output", str(tmp_path / "compiled"),
+                 "--elyra-output", str(tmp_path / "elyra")]) == 0
+    found = image_references(tmp_path / "compiled", tmp_path / "elyra")
+    assert set(found) == set(other.all().values()), found
+    leftovers = [p for p in tmp_path.rglob("*") if p.is_file() and images.REGISTRY in p.read_text()]
+    assert leftovers == []
 
 
 def test_smoke_test_follows_the_super_pipeline_order():

@@ -8,9 +8,12 @@ What it serves (the calls the ``kubernetes`` client and the Kubeflow SDK make):
   openAPIV3Schema with unknown fields rejected (``fieldValidation=Strict``), plus the CRD's CEL rules
   that matter here (metadata.name an RFC 1035 label <= 63 chars, numProcPerNode >= 1, managedBy
   values) and list-map key uniqueness (env names) -> 422 ``Invalid`` Status. 409 when it exists.
-  Defaults of the schema are applied (runtimeRef.apiGroup/kind, managedBy, suspend). A runtimeRef
-  to a runtime the cluster does not have is accepted (as the real API server does) and the job
-  ends Failed; clients are expected to check first.
+  Defaults of the schema are applied (runtimeRef.apiGroup/kind, managedBy, suspend). Then Trainer's
+  validating webhook (``pkg/webhooks/trainjob_webhook.go`` -> ``pkg/runtime/core/
+  clustertrainingruntime.go`` / ``trainingruntime.go`` ``ValidateObjects``): a runtimeRef to a runtime
+  the cluster does not have is **rejected** (422, "specified clusterTrainingRuntime must be created
+  before the TrainJob is created"), and so is a trainer env that sets the torch plugin's reserved
+  ``PET_*`` variables (``pkg/runtime/framework/plugins/torch/torch.go``).
 * ``/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes[/{name}]`` (``torch-distributed``
   from the Trainer manifests) and ``namespaces/{ns}/trainingruntimes[/{name}]``: GET and list.
 * ``/api/v1/namespaces/{ns}/pods`` (list by ``labelSelector``: ``=``, ``==``, ``!=``, ``in (...)``) and
@@ -301,6 +304,21 @@ class FakeK8s:
             return sorted(n for (ns, n) in self.jobs if ns == namespace)
 
     # the job machinery
+    def _webhook(self, ns: str, body: dict) -> str:
+        """What Trainer's validating webhook refuses ('' if nothing)."""
+        spec = body.get("spec") or {}
+        ref = spec.get("runtimeRef") or {}
+        kind = ref.get("kind") or "ClusterTrainingRuntime"
+        have = self.cluster_runtimes if kind == "ClusterTrainingRuntime" else {n: r for (n_, n), r in self.runtimes.items() if n_ == ns}
+        if ref.get("name") not in have:
+            plural = "clustertrainingruntimes" if kind == "ClusterTrainingRuntime" else "trainingruntimes"
+            return (f'spec.RuntimeRef: Invalid value: {json.dumps(ref)}: {plural}.trainer.kubeflow.org "{ref.get("name")}" not found: '
+                    f"specified {kind[0].lower() + kind[1:]} must be created before the TrainJob is created")
+        pet = sorted(e.get("name") for e in (spec.get("trainer") or {}).get("env") or [] if str(e.get("name", "")).startswith("PET_"))
+        if pet:
+            return f"spec.trainer.env: Invalid value: must not have reserved envs, invalid envs configured: {pet}"
+        return ""
+
     def _pod(self, job: _Job, index: int) -> dict:
         md, t = job.obj["metadata"], job.obj["spec"].get("trainer", {})
         name = md["name"]
@@ -501,6 +519,10 @@ class FakeK8s:
                         return self._status(422, "Invalid", f'TrainJob.trainer.kubeflow.org "{(body or {}).get("metadata", {}).get("name")}" '
                                             f"is invalid: {'; '.join(errors)}", {"causes": [{"message": e} for e in errors]})
                     jname = body["metadata"]["name"]
+                    denied = fake._webhook(ns, body)
+                    if denied:
+                        return self._status(422, "Invalid", f'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the '
+                                            f'request: {denied}', {"causes": [{"message": denied}]})
                     if (ns, jname) in fake.jobs:
                         return self._status(409, "AlreadyExists", f'trainjobs.trainer.kubeflow.org "{jname}" already exists')
                     obj = copy.deepcopy(body)

@@ -18,13 +18,14 @@ torch = pytest.importorskip("torch")
 from prepline.engine import RunOptions, run_transform  # noqa: E402
 from prepline.errors import ConfigError, InputError, RunFailed  # noqa: E402
 from prepline.train import run_local, train  # noqa: E402
-from prepline.train.train import TokenData, load_trained  # noqa: E402
+from prepline.train.data import TokenData  # noqa: E402
+from prepline.train.models import load_trained  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 #: small and fast on 2 CPUs: a 320-id byte-level BPE, 64-token sequences, a 2-block model of width 64
-TOK = {"vocab_size": 320, "seq_len": 64, "shard_sequences": 64}
-FAST = {"threads": 1, "model_dim": 64, "batch_size": 16, "lr": 0.01, "warmup_steps": 5, "log_every": 8}
+TOK = {"vocab_size": 320, "tokens_column": ""}
+FAST = {"threads": 1, "model_dim": 64, "batch_size": 16, "lr": 0.01, "warmup_steps": 5, "log_every": 8, "seq_len": 64}
 
 
 def _tokenize(src: Path, out: Path, **params) -> Path:
@@ -34,7 +35,7 @@ def _tokenize(src: Path, out: Path, **params) -> Path:
 
 @pytest.fixture(scope="module")
 def tokens(tmp_path_factory) -> Path:
-    """The token shards of a real multilingual sample (prepline.sample), tokenized by the real stage."""
+    """The Megatron token data of a real multilingual sample (prepline.sample), tokenized by the real stage."""
     from prepline.sample import build_sample
 
     root = tmp_path_factory.mktemp("train")
@@ -57,12 +58,12 @@ def test_loss_goes_down_on_real_tokens(tokens, tmp_path):
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == list(range(1, 49)) and lines[-1]["loss"] == s["final_loss"]
     assert "step 48/48" in log.getvalue() and "done: loss" in log.getvalue()
-    # the final model: our format, with the shards' tokenizer, loads back and predicts
+    # the final model: our format, with the token data's tokenizer, loads back and predicts
     conf = json.loads((out / "model" / "config.json").read_text())
     assert conf["format"] == "prepline.causal_lm" and conf["model"]["vocab_size"] == s["vocab_size"]
     assert (out / "model" / "tokenizer.json").read_bytes() == (tokens / "tokens" / "tokenizer.json").read_bytes()
     model = load_trained(str(out))
-    ids = torch.from_numpy(next(iter(TokenData([str(tokens)]).sources[0].shards))[:2, :64].astype(np.int64))
+    ids = torch.from_numpy(np.array(TokenData([str(tokens)], 64).sources[0].stream[:128], np.int64).reshape(2, 64))
     assert model(ids).shape == (2, 64, s["vocab_size"])
     print(f"\nloss {s['initial_loss']:.3f} -> {s['final_loss']:.3f} ({s['final_loss'] / s['initial_loss']:.3f}x); tokens/s on this "
           f"machine: {s['tokens_per_s']:,.0f} ({s['parameters']:,} parameters, batch 16 x 64, 1 thread)")
@@ -107,9 +108,15 @@ def test_a_resumed_run_ends_with_the_same_weights(tokens, tmp_path):
 
 @pytest.mark.slow  # the module's token fixture builds a sample (~15 s)
 def test_windows_recut_the_stream_for_any_seq_len(tokens):
-    from prepline.transforms.tokenization import load_token_shards, stream_from_rows
+    import warnings
 
-    stream = stream_from_rows(np.concatenate(list(load_token_shards(str(tokens)))))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Transformer Engine and Apex are not installed": expected on CPU
+        from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    # the stream: every document of megatron-core's own reading of the .bin/.idx, one after the other
+    ds = IndexedDataset(str(tokens / "tokens" / "text_document"))
+    stream = np.concatenate([ds[i] for i in range(len(ds))])
     for L in (16, 64, 100, 150):
         d = TokenData([str(tokens)], L)
         assert d.num_windows == (stream.size - 1) // L
@@ -130,7 +137,7 @@ def test_local_mode_runs_the_cli_in_a_subprocess(tokens, tmp_path):
     s = run_local([str(tokens)], str(tmp_path / "ft"), {**FAST, "steps": 4, "log_every": 1}, out=log)
     assert s["steps"] == 4 and (tmp_path / "ft" / "model" / "model.pt").is_file()
     assert "[prepline.train] step 4/4" in log.getvalue()
-    with pytest.raises(RunFailed, match="does not exist: not a token-shard folder"):
+    with pytest.raises(RunFailed, match="does not exist: not a tokenization output"):
         run_local([str(tmp_path / "nothing")], str(tmp_path / "ft2"), {"steps": 2}, out=io.StringIO())
     with pytest.raises(ConfigError, match="unknown parameter"):  # before any process starts
         run_local([str(tokens)], str(tmp_path / "ft3"), {"stepz": 2})
@@ -177,18 +184,18 @@ def test_continues_a_base_checkpoint_ours_a_state_dict_or_clearly_not_hf(tokens,
 
 
 @pytest.mark.slow  # the module's token fixture builds a sample (~15 s)
-def test_no_shards_and_too_short_shards_are_clear_errors(tokens, tmp_path):
+def test_no_tokens_and_too_few_tokens_are_clear_errors(tokens, tmp_path):
     # every document filtered out upstream: the tokenization output has no sequence
     empty = tmp_path / "empty"
     empty.mkdir()
     pq.write_table(pa.table({"contents": pa.array([], pa.string())}), empty / "part-0.parquet")
     _tokenize(empty, tmp_path / "tok_empty", tokenizer=str(tokens / "tokens" / "tokenizer.json"))
-    with pytest.raises(InputError, match="no token shards .*every document was filtered out"):
+    with pytest.raises(InputError, match="no tokens in .*every document was filtered out"):
         train([str(tmp_path / "tok_empty")], str(tmp_path / "o1"), {"steps": 1})
-    # shards shorter than one training sequence
+    # token data shorter than one training sequence
     with pytest.raises(InputError, match="shorter than one training sequence"):
         train([str(tokens)], str(tmp_path / "o2"), {"steps": 1, "seq_len": 10_000_000})
-    with pytest.raises(InputError, match="not a token-shard folder"):
+    with pytest.raises(InputError, match="not a tokenization output"):
         train([str(tmp_path / "nowhere")], str(tmp_path / "o3"), {"steps": 1})
     with pytest.raises(ConfigError, match="model_dim=100 is not a multiple of model_heads=3"):
         train([str(tokens)], str(tmp_path / "o4"), {"model_dim": 100, "model_heads": 3})

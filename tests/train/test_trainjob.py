@@ -35,7 +35,7 @@ from prepline.train.trainjob import (
 sys.path.insert(0, str(Path(__file__).parent))
 from fake_k8s import FakeK8s, validate_trainjob  # noqa: E402
 
-TRAIN = {"steps": 3, "batch_size": 4, "threads": 1, "model_dim": 32, "log_every": 1}
+TRAIN = {"steps": 3, "batch_size": 4, "threads": 1, "model_dim": 32, "log_every": 1, "seq_len": 32}
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def tokens(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("tj")
     (root / "src").mkdir()
     pq.write_table(pa.table({"contents": [t for t in texts if t]}), root / "src" / "part-0.parquet")
-    run_transform("tokenization", {"vocab_size": 300, "seq_len": 32, "shard_sequences": 64},
+    run_transform("tokenization", {"vocab_size": 300},
                   RunOptions(input=str(root / "src"), output=str(root / "tokenization"), workers=1, progress=False))
     return root / "tokenization"
 
@@ -174,7 +174,7 @@ def test_a_trainjob_trains_with_credentials_from_the_secret(tokens, tmp_path, s3
         assert all(p.poll() is not None for p in k.processes)
         # without the credentials in the secret the trainer cannot read S3: the job fails, the error is in the log
         k.secrets[("default", "prepline-s3")] = {"PREPLINE_S3_ENDPOINT": s3_server}
-        with pytest.raises(TrainJobFailed, match="exited with code 1") as e:
+        with pytest.raises(TrainJobFailed, match="exited with code 5") as e:  # no credentials: a ServiceError (exit 5)
             fine_tune("cluster", f"s3://{s3_bucket}/work", "run-43", ["en"], [], json.dumps(TRAIN),
                       {"kubeconfig": k.kubeconfig(tmp_path), "poll_seconds": 0.2}, s3_secret_name="prepline-s3", timeout=300,
                       out=(log2 := io.StringIO()))
@@ -239,6 +239,21 @@ def test_unknown_runtime_is_a_clear_error_and_nothing_is_created(fake, tmp_path)
     with pytest.raises(ConfigError, match="does not exist in namespace default \\(it has none"):
         run_trainjob(["/in"], str(tmp_path / "out"), TRAIN, _opts(fake, runtime_kind="TrainingRuntime"), "pl-x", out=io.StringIO())
     assert not [r for r in fake.requests if r.method == "POST"]
+
+
+def test_the_trainer_webhook_refuses_a_missing_runtime_and_reserved_env(fake):
+    """Even without our check first, the cluster refuses (as Trainer's webhook does): the error says why."""
+    from prepline.train.trainjob import K8s
+
+    k = K8s(fake.kc)
+    m = trainjob_manifest("pl-x", "default", ["/in"], "/out", TRAIN, _opts(fake, runtime="torch-nope"))
+    with pytest.raises(ConfigError, match="torch-nope.*must be created before the TrainJob is created"):
+        k.create(m)
+    m = trainjob_manifest("pl-x", "default", ["/in"], "/out", TRAIN, _opts(fake))
+    m["spec"]["trainer"]["env"].append({"name": "PET_NNODES", "value": "2"})
+    with pytest.raises(ConfigError, match="reserved envs"):
+        k.create(m)
+    assert fake.trainjob_names() == []
 
 
 def test_api_server_errors_are_clear(fake, tmp_path):

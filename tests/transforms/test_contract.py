@@ -34,14 +34,14 @@ ROOT = Path(__file__).resolve().parents[2]
 NAMES = registry.names()
 
 #: parameters of the contract's small runs: only what the defaults lack, or what keeps a run small
-#: and still exercises the transform's structure (sub-folders, shards of a token stream)
+#: and still exercises the transform's structure (sub-folders)
 PARAMS: dict[str, dict] = {
     "ingest": {"text_field": "contents"},  # the corpus is Parquet shards with a contents column
     "filter": {"criteria": ["length(contents) >= 40", "contents NOT LIKE '%http%'"], "logical_operator": "AND"},
     "exact_dedup": {"num_shards": 3},
     "fuzzy_dedup": {"num_shards": 3, "mode": "annotate"},
     "lang_id": {"split": True},
-    "tokenization": {"vocab_size": 400, "seq_len": 64, "shard_sequences": 50},
+    "tokenization": {"vocab_size": 400},
 }
 
 

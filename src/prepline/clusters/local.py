@@ -26,7 +26,8 @@ import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
-from prepline.clusters.base import TERMINAL, ClusterError, ClusterInfo, ClusterProvider, ClusterSpec, JobInfo
+from prepline.clusters.base import TERMINAL, ClusterError, ClusterInfo, ClusterProvider, ClusterSpec
+from prepline.clusters.ray_jobs import RayJobClient
 from prepline.metadata import now_iso
 
 
@@ -129,9 +130,9 @@ class LocalProvider(ClusterProvider):
             self._cleanup(st)
         names = ["gcs", "dashboard", "client", "agent_listen", "agent_grpc", "metrics", "runtime_env", "node_manager", "object_manager"]
         ports = dict(zip(names, _free_ports(len(names))))
-        for _ in range(50):
+        for _ in range(50):  # a worker port range free and clear of the ports chosen above
             lo = random.randint(20000, 59000)
-            if _port_range_free(lo, lo + 199):
+            if _port_range_free(lo, lo + 199) and not any(lo <= p <= lo + 199 for p in ports.values()):
                 break
         ports["worker_lo"], ports["worker_hi"] = lo, lo + 199
         temp = tempfile.mkdtemp(prefix="plray-", dir="/tmp")  # short: Ray's socket paths must stay < 108 chars
@@ -224,42 +225,18 @@ class LocalProvider(ClusterProvider):
     def _headers(st: dict) -> dict:
         return {"Authorization": f"Bearer {st['token']}"} if st.get("token") else {}
 
-    def _client(self, name: str):
-        from ray.job_submission import JobSubmissionClient
-
-        st = self._load(name)
-        if st is None:
-            raise ClusterError(f"no local Ray cluster named {name}", "start it first (start_ray_cluster)")
-        return JobSubmissionClient(f"http://127.0.0.1:{st['ports']['dashboard']}", headers=self._headers(st))
-
     def job_headers(self, name: str) -> dict:
         """HTTP headers a Ray job client needs for this cluster (its auth token)."""
         st = self._load(name)
         return self._headers(st) if st else {}
 
-    def submit_job(self, name, namespace, entrypoint, runtime_env=None, submission_id=None, entrypoint_num_cpus=None) -> str:
-        deadline = time.time() + 60
-        while True:
-            try:
-                return self._client(name).submit_job(
-                    entrypoint=entrypoint, runtime_env=runtime_env or None, submission_id=submission_id,
-                    entrypoint_num_cpus=entrypoint_num_cpus,
-                )
-            except RuntimeError as e:  # the dashboard answers before its agent is ready
-                if "No available agent" not in str(e) or time.time() > deadline:
-                    raise
-                time.sleep(1)
-
-    def job(self, name, namespace, job_id) -> JobInfo:
-        c = self._client(name)
-        info = c.get_job_info(job_id)
-        return JobInfo(job_id, str(info.status.value if hasattr(info.status, "value") else info.status), info.message or "")
-
-    def job_logs(self, name, namespace, job_id) -> str:
-        return self._client(name).get_job_logs(job_id)
-
-    def stop_job(self, name, namespace, job_id) -> None:
-        self._client(name).stop_job(job_id)
+    def job_client(self, name: str, namespace: str | None = None) -> RayJobClient:
+        """Our own Ray job client on the head's dashboard (the same code the KubeRay path uses)."""
+        st = self._load(name)
+        if st is None:
+            raise ClusterError(f"no local Ray cluster named {name}", "start it first (start_ray_cluster)")
+        # a loaded machine can stall the dashboard for seconds: retry connection errors for ~15 s
+        return RayJobClient(f"http://127.0.0.1:{st['ports']['dashboard']}", headers=self._headers(st), retries=5, backoff=0.5)
 
 
 __all__ = ["LocalProvider", "ClusterError", "TERMINAL"]

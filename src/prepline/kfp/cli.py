@@ -12,9 +12,9 @@ import argparse
 import json
 import sys
 
-from prepline.errors import ConfigError, PreplineError, RunFailed
+from prepline.errors import ConfigError, PreplineError, exit_code
 from prepline.kfp.client import (
-    EXIT_API, EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, TERMINAL_STATES, KfpClient, KfpTimeout, _iso, _run_state,
+    EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, TERMINAL_STATES, KfpClient, KfpTimeout, _iso, _run_state,
 )
 from prepline.kfp.connection import ENV_ENDPOINT, ENV_TOKEN, ENV_TOKEN_FILE, SA_TOKEN_PATH, resolve_connection
 from prepline.kfp.params import gather_parameters
@@ -34,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
                                  epilog="exit codes: 0 ok/SUCCEEDED, 1 FAILED, 2 usage or parameter error, 3 CANCELED, 4 wait timed out, 5 server error")
     sub = ap.add_subparsers(dest="action", required=True, metavar="ACTION")
 
+    _conn_args(sub.add_parser("version", help="the server's KFP release and what of prepline's pipelines it cannot run (docs/compatibility.md)"))
     u = sub.add_parser("upload", help="upload a compiled pipeline (new pipeline, or new version of the pipeline of that name); idempotent")
     u.add_argument("file", help="compiled pipeline YAML, e.g. compiled/pipelines/doc_id.yaml")
     u.add_argument("--name", default=None, help="pipeline name (default: the name compiled into the file, e.g. doc-id)")
@@ -112,6 +113,17 @@ class _Out:
         print(text, file=sys.stderr, flush=True)
 
 
+def _version(kc: KfpClient, out: _Out) -> int:
+    """``prepline kfp version``: the server's release and what of prepline's pipelines it cannot run."""
+    from prepline.compat import kfp_backend_notes
+
+    info = kc.healthz()
+    notes = kfp_backend_notes(info.get("tag_name"))
+    out.emit({**info, "notes": notes}, "\n".join([f"KFP backend {info.get('tag_name') or 'unknown'} at {kc.conn.host}"] + notes
+                                                 or ["every feature prepline's pipelines use is supported"]))
+    return EXIT_OK
+
+
 def _wait_and_report(kc: KfpClient, out: _Out, run_id: str, timeout, poll, extra: dict | None = None) -> int:
     def change(r):
         out.note(f"run {run_id}: {_run_state(r)}")
@@ -143,7 +155,7 @@ def main(argv: list[str]) -> int:
     try:
         return _dispatch(a, out)
     except PreplineError as e:
-        code = EXIT_USAGE if isinstance(e, ConfigError) else EXIT_FAILED if isinstance(e, RunFailed) else EXIT_API
+        code = exit_code(e)
         kind = type(e).__name__
         if out.json:
             print(json.dumps({"error": e.message, "fix": e.fix, "kind": kind, "exit_code": code}, indent=2))
@@ -153,6 +165,13 @@ def main(argv: list[str]) -> int:
 
 def _dispatch(a, out: _Out) -> int:
     kc = KfpClient(resolve_connection(a.host, a.namespace, a.token, a.token_file, request_timeout=a.request_timeout))
+    if a.action == "version":
+        return _version(kc, out)
+    if a.action in ("upload", "run", "clone"):  # say when the backend is too old for what the pipelines use
+        from prepline.compat import kfp_backend_notes
+
+        for note in kfp_backend_notes(kc.healthz().get("tag_name")):
+            out.note(f"warning: {note}")
     if a.action == "upload":
         r = kc.upload(a.file, a.name, a.version, a.description)
         what = "created pipeline" if r["created_pipeline"] else "created version" if r["created_version"] else f"unchanged ({r.get('reason')})"

@@ -23,13 +23,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from prepline import rest
-from prepline.errors import ConfigError, PreplineError, RunFailed
+from prepline.errors import EXIT_CANCELED, EXIT_FAILED, EXIT_OK, EXIT_SERVICE, EXIT_TIMEOUT, EXIT_USAGE, ConfigError, PreplineError, RunFailed  # noqa: F401 (EXIT_* re-exported)
+from prepline.errors import ServiceError, TimedOut
 from prepline.kfp.connection import ENV_TOKEN, SA_TOKEN_PATH, Connection
 from prepline.kfp.params import check_parameters, content_digest, read_package, root_inputs, spec_defaults
 
 log = logging.getLogger("prepline")
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELED, EXIT_TIMEOUT, EXIT_API = 0, 1, 2, 3, 4, 5
+#: exit codes: the one mapping of prepline.errors (EXIT_API is its EXIT_SERVICE)
+EXIT_API = EXIT_SERVICE
 
 #: terminal run states and the exit code each maps to; CANCELING counts as canceled (it can stay
 #: there for a long time on a real cluster, and the outcome is decided)
@@ -37,7 +39,7 @@ TERMINAL_STATES = {"SUCCEEDED": EXIT_OK, "FAILED": EXIT_FAILED, "SKIPPED": EXIT_
                    "CANCELING": EXIT_CANCELED}
 
 
-class KfpError(PreplineError):
+class KfpError(ServiceError):
     """The KFP server could not be used for a request (refused, unknown id, server error)."""
 
     def __init__(self, message: str, fix: str | None = None, status: int = 0):
@@ -57,7 +59,7 @@ class KfpNotFound(KfpError):
     """An unknown pipeline, version, experiment or run."""
 
 
-class KfpTimeout(PreplineError):
+class KfpTimeout(TimedOut):
     """A wait ran out of time; the run goes on."""
 
 
@@ -177,7 +179,10 @@ class KfpClient:
             what = "an HTML page (a login page or a proxy?)" if raw.lstrip()[:1] == b"<" else f"{raw[:80]!r}"
             raise KfpUnreachable(f"{self.conn.host} did not answer like the KFP API: /apis/v2beta1/healthz returned {what}",
                                  fix + "; behind Kubeflow's auth gateway pass a token (--token) or use the in-cluster service") from None
-        return {"multi_user": bool(d.get("multi_user")), "pipeline_store": d.get("pipeline_store")}
+        # tag_name: the backend's release (backend/src/apiserver/main.go healthz handler); prepline.compat judges it
+        self.server_info = {"multi_user": bool(d.get("multi_user")), "pipeline_store": d.get("pipeline_store"),
+                            "tag_name": d.get("tag_name"), "commit_sha": d.get("commit_sha")}
+        return self.server_info
 
     @property
     def client(self):
@@ -237,6 +242,11 @@ class KfpClient:
 
     def pipeline(self, name: str):
         p = self.find_pipeline(name)
+        # the KFP UI's upload dialog names a pipeline after its file (doc_id); `prepline kfp upload`
+        # after the compiled name (doc-id: KFP pipeline names take no '_'): find either spelling
+        alt = name.replace("_", "-") if "_" in name else name.replace("-", "_")
+        if p is None and alt != name:
+            p = self.find_pipeline(alt)
         if p is None:
             known = [q.display_name for q in self.iter_pipelines(limit=50)]
             raise KfpNotFound(f"no pipeline named {name} on {self.conn.host}" + (f" (namespace {self.conn.namespace})" if self.conn.namespace else ""),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -66,6 +67,31 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text)
 
 
+def check_pipeline_args(name: str, pipeline, args: dict) -> None:
+    """Refuse, before anything runs, an argument the pipeline does not have or stage parameters that
+    cannot work (every stage's overrides, a simple pipeline's params_json)."""
+    from prepline import registry
+    from prepline.stage_params import check_overrides
+
+    known = set(pipeline.component_spec.inputs or {})
+    unknown = sorted(set(args) - known)
+    if unknown:
+        raise ConfigError(f"pipeline {name} has no parameter(s) {', '.join(unknown)}", f"its parameters: {', '.join(sorted(known))}")
+    for k, v in args.items():
+        kind = pipeline.component_spec.inputs[k].type
+        ok = {"String": isinstance(v, str), "Integer": isinstance(v, int) and not isinstance(v, bool),
+              "Boolean": isinstance(v, bool), "List": isinstance(v, list)}.get(kind, True)
+        if not ok:
+            raise ConfigError(f"pipeline {name}: parameter {k}={v!r} is not a {kind.lower()}", f"pass {k} as a {kind.lower()}")
+    check_overrides(args.get("overrides_json", ""))
+    if name in registry.names() and args.get("params_json"):
+        try:
+            params = json.loads(args["params_json"])
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"params_json is not valid JSON ({e.msg} at char {e.pos})", 'e.g. {"num_shards": 8}') from None
+        check_overrides(json.dumps({name: {"params": params}}))
+
+
 def run_local(name: str, args: dict, pipeline_root: str, times: TaskTimes | None = None) -> float:
     """Run a pipeline with kfp.local's SubprocessRunner in this Python (the local cluster provider
     starts a Ray head per stage). Returns the wall time; raises when the pipeline fails. With
@@ -78,6 +104,7 @@ def run_local(name: str, args: dict, pipeline_root: str, times: TaskTimes | None
     table = pipelines()
     if name not in table:
         raise ConfigError(f"unknown pipeline '{name}'", f"one of: {', '.join(sorted(table))}")
+    check_pipeline_args(name, table[name], args)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     # the components run as subprocesses of this interpreter: put it first on PATH
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"

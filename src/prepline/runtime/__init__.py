@@ -19,11 +19,17 @@ __all__ = ["Executor", "OnResult", "RunOptions", "make_executor"]
 
 class Executor(Protocol):
     workers: int
+    #: {"retried": tasks run again after a lost worker or a transient fault}
+    stats: dict
 
     def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult) -> bool:
         """Run ``tasks``; call ``on_result`` for each; stop early (return False) when it says so."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Stop the workers once their tasks are done."""
+
+    def abort(self) -> None:
+        """Stop the workers now (the run was interrupted)."""
 
 
 def make_executor(options: RunOptions) -> Executor:

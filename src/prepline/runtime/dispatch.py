@@ -3,8 +3,9 @@
 A :class:`Backend` runs one task on one of its workers and reports when tasks finish; the loop
 keeps every worker busy with exactly one task (the next task goes to whichever worker is free,
 so skewed file sizes do not stall a run), hands each result to the driver as it arrives, and runs
-a task again when its worker died under it (tasks are idempotent by design), a bounded number of
-times, before reporting it as failed.
+a task again when its worker died under it or a transient fault stopped it (tasks are idempotent
+by design), a bounded number of times, before reporting it as failed. A backend may shrink its
+capacity when workers are lost for good (a Ray node gone) and grow it again when they come back.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from typing import Any, Callable, Protocol
 log = logging.getLogger("prepline")
 
 OnResult = Callable[[Any, dict], bool]
+#: result kinds worth running the task again for (tasks are idempotent). Not "transient": a storage
+#: call already retried within its own budget (prepline.retry), and retrying the task would multiply it
+RETRIED = ("worker_lost",)
 
 
 class WorkerLost(Exception):
@@ -39,35 +43,46 @@ class Backend(Protocol):
     def cancel(self, handles: list) -> None:
         """Stop what still runs (best effort): the run is being abandoned."""
 
+    def wait_for_worker(self) -> None:
+        """Nothing runs and ``capacity`` is 0 (workers lost with their node): block until a worker is
+        back, or raise :class:`~prepline.errors.RunFailed` saying why none can come."""
+
 
 def task_label(task: Any) -> str:
     return str(getattr(task, "path", None) or (f"shard {task:05d}" if isinstance(task, int) else task))
 
 
-def dispatch(backend: Backend, tasks: list, on_result: OnResult, retries: int = 2) -> bool:
+def dispatch(backend: Backend, tasks: list, on_result: OnResult, retries: int = 2, stats: dict | None = None) -> bool:
     """Run ``tasks`` on ``backend``; call ``on_result(task, result)`` for each, in completion order.
 
-    Returns False as soon as ``on_result`` does (the tasks still running are cancelled).
+    A task whose worker died runs again, at most ``retries`` times. Returns False as soon as
+    ``on_result`` does (the tasks still running are cancelled). ``stats["retried"]`` counts the reruns.
     """
     pending = list(range(len(tasks)))[::-1]  # indices: tasks need not be hashable
-    lost = [0] * len(tasks)
+    tries = [0] * len(tasks)
     running: dict[Any, int] = {}
     while pending or running:
         while pending and len(running) < backend.capacity:
             i = pending.pop()
             running[backend.submit(tasks[i])] = i
+        if not running:  # no worker left to run the rest on: the backend waits for one or gives up
+            backend.wait_for_worker()
+            continue
         for handle in backend.wait(list(running)):
             i = running.pop(handle)
             try:
                 r = backend.result(handle)
             except WorkerLost as e:
-                lost[i] += 1
-                if lost[i] <= retries:
-                    log.warning("%s: %s; running it again (%d of %d retries)", task_label(tasks[i]), e, lost[i], retries)
+                r = {"error": f"{task_label(tasks[i])}: {e}", "fix": backend.lost_fix, "kind": "worker_lost", "worker_lost": True}
+            if r.get("kind") in RETRIED:
+                tries[i] += 1
+                if tries[i] <= retries:
+                    if stats is not None:
+                        stats["retried"] = stats.get("retried", 0) + 1
+                    log.warning("%s; running it again (%d of %d retries)", r["error"], tries[i], retries)
                     pending.append(i)
                     continue
-                r = {"error": f"{task_label(tasks[i])}: {e} ({lost[i]} times; retries: {retries})", "fix": backend.lost_fix,
-                     "worker_lost": True}
+                r = {**r, "error": f"{r['error']} ({tries[i]} times; retries: {retries})"}
             if not on_result(tasks[i], r):
                 backend.cancel(list(running))
                 return False

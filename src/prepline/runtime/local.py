@@ -18,6 +18,30 @@ from prepline.worker import Worker
 _current: tuple[WorkerSpec, Worker] | None = None
 
 
+def die_with_parent(parent: int) -> None:
+    """Pool worker initializer: never outlive the run, however it ends (even SIGKILL, which runs no
+    cleanup). The kernel sends SIGKILL when the parent dies (PR_SET_PDEATHSIG, Linux); elsewhere,
+    and as a second line, a thread checks every second that the parent is still there."""
+    import ctypes
+    import signal
+    import threading
+    import time
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # it died before the line above
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="prepline-parent-watch", daemon=True).start()
+
+
 def _run(spec: WorkerSpec, task) -> dict:
     global _current
     if _current is None or _current[0] != spec:  # one phase at a time: a new phase, a new Worker
@@ -55,6 +79,9 @@ class _Inline:
     def cancel(self, handles: list) -> None:
         pass
 
+    def wait_for_worker(self) -> None:  # capacity never drops: unreachable
+        raise RuntimeError("the inline worker is always there")
+
 
 class _Pool:
     """Several workers: a process pool. A worker process that dies breaks the whole pool (every task
@@ -88,24 +115,36 @@ class _Pool:
         for f in handles:
             f.cancel()
 
+    def wait_for_worker(self) -> None:  # a broken pool is rebuilt at once: capacity never drops
+        raise RuntimeError("the process pool always has workers")
+
 
 class LocalExecutor:
     def __init__(self, workers: int = 0, task_retries: int = 2):
         self.workers = workers or os.cpu_count() or 1
         self.task_retries = task_retries
+        self.stats: dict = {"retried": 0}
         self._pool: ProcessPoolExecutor | None = None
         self._pool_generation = 0
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             # spawn: safe with the threads pyarrow/duckdb start; fork is not.
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"), initializer=die_with_parent,
+                                             initargs=(os.getpid(),))
             self._pool_generation += 1
         return self._pool
 
     def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult) -> bool:
         backend = _Inline(spec) if self.workers <= 1 or len(tasks) <= 1 else _Pool(self, spec)
-        return dispatch(backend, tasks, on_result, self.task_retries)
+        return dispatch(backend, tasks, on_result, self.task_retries, self.stats)
+
+    def abort(self) -> None:
+        if self._pool is not None:
+            for p in list(getattr(self._pool, "_processes", {}).values()):  # no public way before Python 3.14
+                p.kill()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     def close(self) -> None:
         if self._pool is not None:

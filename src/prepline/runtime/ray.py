@@ -12,7 +12,7 @@ import logging
 import os
 
 from prepline.context import WorkerSpec
-from prepline.errors import ConfigError
+from prepline.errors import ConfigError, RunFailed
 from prepline.runtime.dispatch import OnResult, WorkerLost, dispatch
 from prepline.worker import Worker
 
@@ -29,6 +29,7 @@ class RayExecutor:
         self._started = False
         self.cpus_per_worker = cpus_per_worker
         self.task_retries = task_retries
+        self.stats: dict = {"retried": 0}
         if not ray.is_initialized():
             if address is None and not os.environ.get("RAY_ADDRESS"):
                 # a private local Ray: every listener on loopback, modest object store
@@ -47,36 +48,61 @@ class RayExecutor:
         cpus = ray.cluster_resources().get("CPU", 1)
         self.workers = workers or max(int(cpus // cpus_per_worker), 1)
         self._actor_cls = ray.remote(_RayWorker)
-        self._actors: list = []
+        self._actors: list = []  # started and answering
+        self._starting: dict = {}  # ping ref -> actor not placed or not answering yet
 
     def _actor(self):
         return self._actor_cls.options(num_cpus=self.cpus_per_worker).remote()
 
     def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult) -> bool:
-        n = min(self.workers, len(tasks))
-        while len(self._actors) < n:
-            self._actors.append(self._actor())
-        return dispatch(_Actors(self, spec, n), tasks, on_result, self.task_retries)
+        return dispatch(_Actors(self, spec, min(self.workers, len(tasks))), tasks, on_result, self.task_retries, self.stats)
+
+    def abort(self) -> None:
+        self.close()
 
     def close(self) -> None:
-        for a in self._actors:
+        for a in self._actors + list(self._starting.values()):
             self._ray.kill(a)
-        self._actors = []
+        self._actors, self._starting = [], {}
         if self._started:
             self._ray.shutdown()
 
 
 class _Actors:
-    """The dispatch backend over the executor's first ``n`` actors: one task per free actor."""
+    """The dispatch backend over up to ``n`` actors: one task per free actor.
 
-    lost_fix = "check the Ray logs; give workers more memory (--cpus-per-worker) or use fewer workers"
+    An actor counts (``capacity``) once it answered a ping: a new one may wait for a free CPU. An
+    actor that died (OOM kill, node lost) is dropped, its task runs again on another, and a
+    replacement is asked for; it joins when Ray can place it. With no actor left, the run waits
+    at most ``PREPLINE_RAY_WORKER_WAIT`` seconds for one (an autoscaler adding a node), then fails.
+    """
+
+    lost_fix = "check the Ray logs (a node lost, a worker killed for memory); give workers more memory or use fewer; rerun to resume"
 
     def __init__(self, ex: RayExecutor, spec: WorkerSpec, n: int):
         self.ex, self.ray = ex, ex._ray
-        self.capacity = n
         self._spec_ref = self.ray.put(spec)
         self._free = list(ex._actors[:n])
+        self.capacity = len(self._free)
         self._busy: dict = {}  # object ref -> actor
+        while self.capacity + len(ex._starting) < n:
+            self._start_one()
+
+    def _start_one(self) -> None:
+        actor = self.ex._actor()
+        self.ex._starting[actor.ping.remote()] = actor
+
+    def _arrived(self, ping) -> None:
+        actor = self.ex._starting.pop(ping)
+        try:
+            self.ray.get(ping)
+        except Exception as e:  # noqa: BLE001 - it died while starting (its node went away)
+            log.warning("a Ray worker died while starting: %s", str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__)
+            self.ray.kill(actor)
+            return
+        self.ex._actors.append(actor)
+        self._free.append(actor)
+        self.capacity += 1
 
     def submit(self, task):
         actor = self._free.pop()
@@ -85,21 +111,42 @@ class _Actors:
         return ref
 
     def wait(self, handles: list) -> list:
-        return self.ray.wait(handles, num_returns=1)[0]
+        done = self.ray.wait(handles + list(self.ex._starting), num_returns=1)[0]
+        out = []
+        for ref in done:
+            if ref in self.ex._starting:
+                self._arrived(ref)
+            else:
+                out.append(ref)
+        return out
 
     def result(self, ref) -> dict:
         actor = self._busy.pop(ref)
         try:
             r = self.ray.get(ref)
-        except Exception as e:  # the actor died (OOM kill, node loss): replace it
+        except Exception as e:  # the actor died (OOM kill, node loss): drop it, ask for another
             self.ex._actors.remove(actor)
             self.ray.kill(actor)
-            actor = self.ex._actor()
-            self.ex._actors.append(actor)
-            self._free.append(actor)
-            raise WorkerLost(f"Ray worker failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}") from None
+            self.capacity -= 1
+            self._start_one()
+            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+            raise WorkerLost(f"Ray worker lost: {type(e).__name__}: {first}") from None
         self._free.append(actor)
         return r
+
+    def wait_for_worker(self) -> None:
+        wait = float(os.environ.get("PREPLINE_RAY_WORKER_WAIT", "300"))
+        if self.ex._starting:
+            done = self.ray.wait(list(self.ex._starting), num_returns=1, timeout=wait)[0]
+            if done:
+                self._arrived(done[0])
+                return
+        raise RunFailed(
+            f"every Ray worker was lost and none could be started again within {wait:.0f}s "
+            f"(cluster CPUs now: {self.ray.cluster_resources().get('CPU', 0):g}, {self.ex.cpus_per_worker:g} per worker)",
+            "bring the cluster's nodes back (or add some), then rerun the same command: it resumes; "
+            "PREPLINE_RAY_WORKER_WAIT sets how long to wait for a worker",
+        )
 
     def cancel(self, handles: list) -> None:
         # force=True is refused for actor tasks (ValueError), and close() kills the actors anyway
@@ -114,6 +161,9 @@ class _RayWorker:
     def __init__(self):
         self._spec: WorkerSpec | None = None
         self._w: Worker | None = None
+
+    def ping(self) -> int:
+        return os.getpid()
 
     def run(self, spec: WorkerSpec, task) -> dict:
         if spec != self._spec:

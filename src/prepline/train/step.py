@@ -58,8 +58,10 @@ def fine_tune(
     s3_secret_name: str = "",
     timeout: float = 86400,
     out: TextIO | None = None,
+    image: str = "",
 ) -> dict:
-    """Train on the run's tokenization outputs; returns the summary (metrics.json) plus ``languages``."""
+    """Train on the run's tokenization outputs; returns the summary (metrics.json) plus ``languages``.
+    ``image`` is the TrainJob's image unless trainjob_json names one (the pipeline's trainer_image)."""
     from prepline.train.train import TrainConfig, run_local
 
     out = out or sys.stdout
@@ -79,6 +81,8 @@ def fine_tune(
         opts = TrainJobOptions.from_json(trainjob_json)
         if s3_secret_name and not opts.s3_secret:
             opts = replace(opts, s3_secret=s3_secret_name)
+        if image and not opts.image:
+            opts = replace(opts, image=image)
         labels = {LABEL_MANAGED: "true", LABEL_RUN: run_key(run_id)[:63], LABEL_STAGE: "fine-tune"}
         summary = run_trainjob(p["inputs"], p["output"], params, opts, trainjob_name(run_key(run_id)), labels=labels,
                                timeout=timeout, out=out)

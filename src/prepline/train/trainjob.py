@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any, TextIO
 
-from prepline.errors import ConfigError, PreplineError, RunFailed
+from prepline.errors import ConfigError, PreplineError, RunFailed, ServiceError
 
 log = logging.getLogger("prepline.train")
 
@@ -70,7 +70,7 @@ class TrainJobTimeout(RunFailed):
     """The TrainJob did not finish within the client-side timeout."""
 
 
-class KubernetesError(PreplineError):
+class KubernetesError(ServiceError):
     """A Kubernetes API call failed."""
 
 
@@ -81,7 +81,7 @@ class TrainJobOptions:
     namespace: str = ""  # '' = the service account's namespace in a pod, else the kubeconfig context's, else 'default'
     runtime: str = DEFAULT_RUNTIME
     runtime_kind: str = "ClusterTrainingRuntime"
-    image: str = ""  # '' = prepline.images.RAY_IMAGE (needs the train extra: torch)
+    image: str = ""  # '' = prepline.images.TRAINER_IMAGE (the Ray image + torch: the train extra)
     num_nodes: int = 1
     num_proc_per_node: int = 1
     resources_per_node: dict = field(default_factory=lambda: {"cpu": "2", "memory": "8Gi"})
@@ -186,14 +186,14 @@ def trainer_env(opts: TrainJobOptions) -> list[dict]:
 def trainjob_manifest(name: str, namespace: str, inputs: list[str], output: str, params: dict | None,
                       opts: TrainJobOptions, labels: dict | None = None, overwrite: bool = False) -> dict:
     """The TrainJob as a plain dict (what ``kubectl apply`` would send)."""
-    from prepline.images import RAY_IMAGE
+    from prepline.images import TRAINER_IMAGE
     from prepline.train.train import TrainConfig, build_args
 
     TrainConfig.from_params(params or {})  # a bad training parameter fails before anything is created
     if not _RFC1035.match(name) or len(name) > 63:
         raise ConfigError(f"TrainJob name {name!r} is not an RFC 1035 label of at most 63 characters", "use trainjob_name(run_id)")
     trainer: dict[str, Any] = {
-        "image": opts.image or RAY_IMAGE,
+        "image": opts.image or TRAINER_IMAGE,
         "command": trainer_command(opts),
         "args": build_args(inputs, output, params, overwrite),
         "numNodes": opts.num_nodes,

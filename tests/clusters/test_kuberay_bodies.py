@@ -1,0 +1,180 @@
+"""Request bodies of the kuberay provider against the published schemas (the RayCluster CRD, the V1
+swagger, Ray's JobSubmitRequest), and what a spec that cannot work fails with before any request."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from prepline.clusters.base import LABEL_RUN, NodeGroup
+from prepline.clusters.kuberay_bodies import check_name, cluster_v1_body, compute_template_bodies, raycluster_body
+from prepline.clusters.ray_jobs import job_submission_v1_body, ray_job_body
+from prepline.errors import ConfigError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from kuberay_schemas import validate_raycluster, validate_swagger  # noqa: E402
+from test_kuberay import IMAGE, fake, make_provider, make_spec  # noqa: E402,F401 (fake: a fixture)
+
+
+# -- request bodies against the schemas ------------------------------------------------------------
+SPEC_MATRIX = {
+    "default": {},
+    "gpu-workers": {"workers": NodeGroup(cpu="8", memory="30Gi", gpu=2, replicas=2)},
+    "gpu-head": {"head": NodeGroup(cpu="4", memory="16Gi", gpu=1)},
+    "secrets": {"env": {"HF_HUB_OFFLINE": "1", "N": 3},
+                "env_from_secrets": [{"name": "AWS_ACCESS_KEY_ID", "secret": "s3-creds", "key": "access"},
+                                     {"name": "AWS_SECRET_ACCESS_KEY", "secret": "s3-creds", "key": "secret"}]},
+    "whole-secret": {"env_from_secrets": [{"secret": "s3-creds"}, {"secret": "prepline-s3", "optional": True}]},
+    "tolerations": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                                    {"key": "pool", "operator": "Equal", "value": "ray", "effect": "NoExecute", "tolerationSeconds": 60}],
+                    "node_selector": {"pool": "ray"}},
+    "no-workers": {"workers": NodeGroup(replicas=0)},
+    "autoscaling": {"workers": NodeGroup(cpu="2", memory="4Gi", replicas=1, min_replicas=0, max_replicas=5)},
+    "millicpu": {"head": NodeGroup(cpu="500m", memory="1536Mi")},
+    "pod-options": {"service_account": "prepline-runner", "image_pull_secrets": ["regcred", {"name": "other"}],
+                    "annotations": {"example.com/team": "data", "note": "free text: anything"},
+                    "ray_start_params": {"num-cpus": 0, "block": True, "workers": {"num-cpus": 2}}},
+}
+V1_MATRIX = {k: v for k, v in SPEC_MATRIX.items() if k not in ("whole-secret", "tolerations", "millicpu")}
+V1_MATRIX["tolerations"] = {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+V1_MATRIX["mebibytes"] = {"head": NodeGroup(cpu="1", memory="1536Mi")}
+V1_MATRIX["pod-options"] = {**SPEC_MATRIX["pod-options"], "image_pull_secrets": ["regcred"]}
+
+
+@pytest.mark.parametrize("case", sorted(SPEC_MATRIX))
+def test_raycluster_bodies_validate_against_the_crd(case):
+    spec = make_spec(**SPEC_MATRIX[case])
+    body = raycluster_body(spec)
+    assert validate_raycluster(body) == []
+    head = body["spec"]["headGroupSpec"]
+    c = head["template"]["spec"]["containers"][0]
+    assert head["rayStartParams"]["dashboard-host"] == "0.0.0.0" and c["image"] == IMAGE
+    assert all(isinstance(v, str) for v in head["rayStartParams"].values())
+    assert head["template"]["metadata"]["labels"][LABEL_RUN] == "run-1"
+    assert c["resources"]["requests"] == c["resources"]["limits"]
+    workers = body["spec"].get("workerGroupSpecs", [])
+    if case == "no-workers":
+        assert workers == []
+    else:
+        assert [w["groupName"] for w in workers] == ["workers"]
+    if case == "gpu-workers":
+        assert workers[0]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+        assert "nvidia.com/gpu" not in c["resources"]["limits"] and workers[0]["replicas"] == workers[0]["maxReplicas"] == 2
+    if case == "secrets":
+        env = {e["name"]: e for e in c["env"]}
+        assert env["N"]["value"] == "3" and env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "s3-creds", "key": "secret"}
+    if case == "whole-secret":
+        assert c["envFrom"] == [{"secretRef": {"name": "s3-creds"}}, {"secretRef": {"name": "prepline-s3", "optional": True}}]
+    if case == "autoscaling":
+        assert body["spec"]["enableInTreeAutoscaling"] is True and (workers[0]["minReplicas"], workers[0]["maxReplicas"]) == (0, 5)
+    if case == "pod-options":
+        assert head["rayStartParams"] == {"dashboard-host": "0.0.0.0", "num-cpus": "0", "block": "true"}
+        assert workers[0]["rayStartParams"] == {"num-cpus": "2", "block": "true"}
+        assert head["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}, {"name": "other"}]
+
+
+def test_the_crd_validator_is_not_vacuous():
+    body = raycluster_body(make_spec())
+    assert validate_raycluster(body) == []
+
+    def broken(edit):
+        b = yaml.safe_load(yaml.safe_dump(body))
+        edit(b)
+        return validate_raycluster(b)
+
+    assert broken(lambda b: b["spec"].update(bogus=1))  # unknown field
+    assert broken(lambda b: b["spec"]["headGroupSpec"]["rayStartParams"].update({"num-cpus": 1}))  # not a string
+    assert broken(lambda b: b["spec"]["headGroupSpec"].pop("template"))  # required
+    assert broken(lambda b: b["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]["limits"].update(cpu="lots"))
+    assert broken(lambda b: b["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].update(
+        env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]))  # list-map duplicate
+    assert broken(lambda b: b["metadata"]["labels"].update({"x": "not a valid value!"}))
+    assert broken(lambda b: b["metadata"].update(name="Upper_Case"))
+
+
+@pytest.mark.parametrize("case", sorted(V1_MATRIX))
+def test_v1_bodies_validate_against_the_swagger(case):
+    spec = make_spec(**V1_MATRIX[case])
+    templates = compute_template_bodies(spec)
+    for t in templates:
+        assert validate_swagger("config.swagger.json", "protoComputeTemplate", t) == []
+    body = cluster_v1_body(spec)
+    assert validate_swagger("cluster.swagger.json", "protoCluster", body) == []
+    assert body["annotations"][LABEL_RUN] == "run-1" and body["clusterSpec"]["headGroupSpec"]["rayStartParams"]
+    assert len(templates) == (1 if case == "no-workers" else 2)
+    if case == "mebibytes":
+        assert (templates[0]["memory"], templates[0]["memoryUnit"]) == (1536, "Mi")
+    if case == "secrets":
+        env = body["clusterSpec"]["headGroupSpec"]["environment"]
+        assert env["values"] == {"HF_HUB_OFFLINE": "1", "N": "3"}
+        assert env["valuesFrom"]["AWS_ACCESS_KEY_ID"] == {"source": "SECRET", "name": "s3-creds", "key": "access"}
+    job = job_submission_v1_body("python x.py", "id-1", {"pip": ["a"], "env_vars": {"A": "1"}}, 1)
+    assert validate_swagger("job_submission.swagger.json", "protoRayJobSubmission", job) == []
+
+
+def test_the_swagger_validator_is_not_vacuous():
+    t = compute_template_bodies(make_spec())[0]
+    assert validate_swagger("config.swagger.json", "protoComputeTemplate", {**t, "cpus": 1})
+    assert validate_swagger("config.swagger.json", "protoComputeTemplate", {k: v for k, v in t.items() if k != "memory"})
+    body = cluster_v1_body(make_spec())
+    assert validate_swagger("cluster.swagger.json", "protoCluster", {**body, "clusterState": "ready"})  # read-only
+    assert validate_swagger("cluster.swagger.json", "protoCluster", {**body, "version": 2})
+    job = job_submission_v1_body("python x.py", "id-1", {"pip": ["a"]})
+    assert validate_swagger("job_submission.swagger.json", "protoRayJobSubmission", {**job, "runtimeEnv": {"pip": ["a"]}})
+
+
+def test_ray_job_body_is_what_rays_client_accepts():
+    from ray.dashboard.modules.job.common import JobSubmitRequest
+
+    body = ray_job_body("python x.py", "sid-1", {"env_vars": {"A": "1"}}, 2, {"stage": "doc_id"})
+    assert JobSubmitRequest(**body).submission_id == "sid-1"
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"head": NodeGroup(cpu="two")}, "head.cpu"),
+    ({"workers": NodeGroup(memory="4GB")}, "workers.memory"),
+    ({"labels": {LABEL_RUN: "has spaces"}}, "label value"),
+    ({"labels": {"bad key!": "x"}}, "label/annotation key"),
+    ({"env": {"A": "1"}, "env_from_secrets": [{"name": "A", "secret": "s", "key": "k"}]}, "defined twice"),
+    ({"env_from_secrets": [{"name": "A", "secret": "s"}]}, "only one of"),
+    ({"tolerations": [{"key": "a", "operator": "Sometimes"}]}, "operator"),
+    ({"workers": NodeGroup(replicas=3, max_replicas=2)}, "min_replicas <= replicas <= max_replicas"),
+    ({"head": NodeGroup(gpu=-1)}, "head.gpu"),
+    ({"ray_start_params": {"resources": {"a": 1}}}, "scalar"),
+])
+def test_bad_specs_fail_before_any_request(kw, match):
+    with pytest.raises(ConfigError, match=match):
+        raycluster_body(make_spec(**kw))
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"node_selector": {"pool": "ray"}}, "node_selector"),
+    ({"env_from_secrets": [{"secret": "all-keys"}]}, "all keys"),
+    ({"head": NodeGroup(cpu="500m")}, "whole CPUs"),
+    ({"image_pull_secrets": ["a", "b"]}, "at most one"),
+    ({"tolerations": [{"key": "a", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}]}, "V1"),
+])
+def test_v1_refuses_what_it_cannot_express(fake, kw, match):
+    p = make_provider(fake, "v1")
+    with pytest.raises(ConfigError, match=match):
+        p.create(make_spec(**kw))
+    assert not fake.requests  # nothing half-created
+
+
+def test_names_kuberay_cannot_use_and_the_default_image():
+    with pytest.raises(ConfigError, match="head Service"):
+        check_name(make_spec("a" * 60))
+    with pytest.raises(ConfigError, match="head Service"):
+        check_name(make_spec("9lives"))
+    try:
+        from prepline.images import RAY_IMAGE  # type: ignore[import-not-found]
+    except ImportError:
+        RAY_IMAGE = ""
+    if RAY_IMAGE:
+        assert raycluster_body(make_spec(image=""))["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == RAY_IMAGE
+    else:
+        with pytest.raises(ConfigError, match="no Ray image"):
+            raycluster_body(make_spec(image=""))

