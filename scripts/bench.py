@@ -72,23 +72,29 @@ _RSS_LAUNCHER = (
 )
 
 
-def run_stage(name: str, src: Path, dst: Path, params: dict, workers: int) -> tuple[float, float, dict]:
-    """Run one stage in a fresh process; returns (seconds, peak RSS MiB of its largest process, metadata)."""
+def timed(cmd: list[str], what: str, env: dict | None = None) -> tuple[float, float]:
+    """Run cmd from a fresh launcher; returns (wall seconds, peak RSS MiB of its largest process). Exits on failure."""
     import tempfile
 
-    cmd = [sys.executable, "-m", "prepline.cli", "run", name, "--input", str(src), "--output", str(dst),
-           "--workers", str(workers), "--overwrite", "--no-progress", "--params", json.dumps(params)]
     with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "rss.json"
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-S", "-c", _RSS_LAUNCHER, str(report), *cmd], stdout=subprocess.DEVNULL, stderr=log)
+        subprocess.run([sys.executable, "-S", "-c", _RSS_LAUNCHER, str(report), *cmd], stdout=log, stderr=log, env=env)
         secs = time.perf_counter() - t0
         r = json.loads(report.read_text()) if report.exists() else {"rc": -1, "maxrss_kib": 0}
         if r["rc"] != 0:
             log.seek(0)
-            raise SystemExit(f"{name} failed:\n{log.read()[-3000:]}")
+            raise SystemExit(f"{what} failed:\n{log.read()[-3000:]}")
+    return secs, r["maxrss_kib"] / 1024
+
+
+def run_stage(name: str, src: Path, dst: Path, params: dict, workers: int) -> tuple[float, float, dict]:
+    """Run one stage in a fresh process; returns (seconds, peak RSS MiB of its largest process, metadata)."""
+    cmd = [sys.executable, "-m", "prepline.cli", "run", name, "--input", str(src), "--output", str(dst),
+           "--workers", str(workers), "--overwrite", "--no-progress", "--params", json.dumps(params)]
+    secs, rss = timed(cmd, name)
     meta = json.loads((dst / "metadata.json").read_text())
-    return secs, r["maxrss_kib"] / 1024, meta
+    return secs, rss, meta
 
 
 def main() -> int:
@@ -100,8 +106,14 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated stages, run in pipeline order, each on the previous one's output")
     ap.add_argument("--memory-sizes", default="", help="also run the --only stages at these corpus sizes and compare peak RSS")
     ap.add_argument("--json", default="", help="write the results here too")
+    ap.add_argument("--peers", action="store_true",
+                    help="compare with Data Prep Kit and datatrove on the peer corpus (benchmarks/peers/; installs them into .venv-peers/)")
+    ap.add_argument("--skip-install", action="store_true", help="--peers: use .venv-peers/ as it is")
+    ap.add_argument("--peer-tools", default="dpk,datatrove", help="--peers: which peers to run")
     args = ap.parse_args()
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    if args.peers:
+        return peers(args)
 
     from prepline import registry
 
@@ -169,6 +181,21 @@ def main() -> int:
               f"{r['engine_seconds']:>9.2f}{r['engine_ratio']:>7.2f}{rss}  {notes}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2, default=str))
+    return 0
+
+
+def peers(args) -> int:
+    sys.path.insert(0, str(ROOT / "benchmarks" / "peers"))
+    import harness
+
+    load = os.getloadavg()
+    rows = harness.run(Path(args.work), args.docs, [n for n in args.only.split(",") if n], timed, args.skip_install,
+                       tuple(t for t in args.peer_tools.split(",") if t))
+    print(f"\n{args.docs:,} documents; load average before the run {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}, "
+          f"after {os.getloadavg()[0]:.1f}")
+    harness.print_table(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"load_before": load, "rows": rows}, indent=2, default=str))
     return 0
 
 
