@@ -197,6 +197,8 @@ def _decompressed(rel: str, f: IO[bytes]) -> IO[bytes]:
         import zstandard
 
         return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True))  # type: ignore[arg-type]
+    if isinstance(f, pa.NativeFile):  # a local file (memory-mapped): it reads, but does not iterate lines
+        return io.BufferedReader(f, 1 << 20)  # type: ignore[arg-type]
     return f
 
 

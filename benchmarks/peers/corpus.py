@@ -4,7 +4,7 @@ planted exact copies and near copies whose true word 5-shingle Jaccard is known.
     .venv/bin/python benchmarks/peers/corpus.py <out> [docs]
 
 Built from a prepline sample (real text from packages, see :mod:`prepline.sample`): its original
-documents are re-cut per language into documents of ~750-1,700 characters (long texts split at
+documents are re-cut per language into documents of ~800-1,800 characters (long texts split at
 white space, short ones joined; Japanese, Chinese and Korean dialogue documents stay as they are,
 so their whitespace shingles stay meaningless for every tool alike). Then, in proportion to
 ``docs``:
@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 EXACT_FRACTION = 0.03
 NEAR_FRACTION = 0.05
 NEAR_TARGET = (0.55, 0.99)
-CUT = (750, 1450)  # target lengths in characters (uniform); joined texts overshoot: ~1,300 on average
+CUT = (800, 1550)  # target lengths in characters (uniform); joined texts overshoot: ~1,300 on average
 NO_SPACE_LANGS = ("ja", "zh", "ko")
 SCHEMA = pa.schema([("doc_id", pa.int64()), ("id", pa.string()), ("contents", pa.string())])
 
@@ -48,13 +48,14 @@ def _recut(texts: list[str], rng: random.Random) -> list[str]:
     out, buf = [], ""
     want = rng.randint(*CUT)
     for t in texts:
-        t = t.strip()
+        t = f"{buf}\n\n{t.strip()}" if buf else t.strip()
+        buf = ""
         while len(t) > 2 * want:
             at = t.rfind(" ", 0, want)
             at = at if at > want // 2 else want
             out.append(t[:at].strip())
             t, want = t[at:].strip(), rng.randint(*CUT)
-        buf = f"{buf}\n\n{t}" if buf else t
+        buf = t
         if len(buf) >= want:
             out.append(buf)
             buf, want = "", rng.randint(*CUT)
@@ -172,7 +173,7 @@ def build(out: Path, docs: int = 50_000, seed: int = 7, files: int = 8) -> dict:
     summary_file = out / "truth" / "summary.json"
     if summary_file.exists():
         s = json.loads(summary_file.read_text())
-        if (s["docs"], s["seed"], s["files"]) == (docs, seed, files):
+        if (s["docs"], s["seed"], s["files"], s.get("cut")) == (docs, seed, files, list(CUT)):
             return s
     rows = _plan(docs, seed)
     _write(out / "corpus", rows, files)
@@ -191,7 +192,7 @@ def build(out: Path, docs: int = 50_000, seed: int = 7, files: int = 8) -> dict:
     langs: dict[str, int] = {}
     for r in rows:
         langs[r["lang"]] = langs.get(r["lang"], 0) + 1
-    s = {"docs": docs, "seed": seed, "files": files, "chars_per_doc": round(chars / len(rows)),
+    s = {"docs": docs, "seed": seed, "files": files, "cut": list(CUT), "chars_per_doc": round(chars / len(rows)),
          "parquet_mb": round(sum(f.stat().st_size for f in (out / "corpus").glob("*.parquet")) / 1e6, 1),
          "kinds": dict(sorted(kinds.items())), "langs": dict(sorted(langs.items(), key=lambda kv: -kv[1])),
          "pairs_ge_0.75": sum(1 for p in pairs if p[2] >= 0.75), "pairs_ge_0.5": len(pairs)}

@@ -90,6 +90,22 @@ def _output(tool: str, stage: str, dst: Path) -> Path:
     return dst
 
 
+def _dpk_fdedup_input(src: Path) -> Path:
+    """DPK 1.1.8's fdedup cluster step reads the id column by its default name whatever
+    --document_id_column says (dpk_fdedup/cluster_analysis/transform.py, _jaccard_distance_calculation):
+    its input gets doc_id renamed to int_id_column, written before the timed run."""
+    import pyarrow.parquet as pq
+
+    dst = src.parent / f"{src.name}_dpk"
+    if not (dst / ".done").exists():
+        dst.mkdir(exist_ok=True)
+        for f in sorted(src.glob("*.parquet")):
+            t = pq.read_table(f)
+            pq.write_table(t.rename_columns(["int_id_column" if c == "doc_id" else c for c in t.column_names]), dst / f.name)
+        (dst / ".done").write_text("")
+    return dst
+
+
 def _accuracy(stage: str, tool: str, truth: Path, src: Path, out: Path, ref: dict) -> dict:
     import score
 
@@ -153,7 +169,8 @@ def run(work: Path, docs: int, only: list[str], timed: Callable, skip_install: b
                        "--workers", "2", "--overwrite", "--no-progress", "--params", json.dumps(params)]
             else:
                 dst.mkdir(parents=True)
-                cmd = [str(pythons[tool]), str(HERE / f"run_{tool}.py"), st.name, str(src), str(dst), str(assets_file)]
+                tool_src = _dpk_fdedup_input(src) if (tool, st.name) == ("dpk", "fuzzy_dedup") else src
+                cmd = [str(pythons[tool]), str(HERE / f"run_{tool}.py"), st.name, str(tool_src), str(dst), str(assets_file)]
             load = os.getloadavg()[0]
             secs, rss = timed(cmd, f"{tool} {st.name}", env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
             acc = _accuracy(st.name, tool, base / "truth", src, _output(tool, st.name, dst), ref)

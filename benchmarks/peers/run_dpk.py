@@ -50,7 +50,7 @@ def fuzzy_dedup(src: str, dst: str, assets: dict) -> int:
     from dpk_fdedup import transform_python as fd
 
     sys.argv = ["fdedup", "--input_folder", src, "--output_folder", dst, "--contents_column", "contents",
-                "--document_id_column", "doc_id"]
+                "--document_id_column", "int_id_column"]  # see harness._dpk_fdedup_input
     args = fd.parse_args()
     return fd.ServiceOrchestrator(global_params=args).orchestrate()
 
