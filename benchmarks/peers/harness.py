@@ -120,7 +120,7 @@ def _accuracy(stage: str, tool: str, truth: Path, src: Path, out: Path, ref: dic
             ref["tokens"] = score.token_counts(out, "id", "num_tokens")
             return {"total": sum(ref["tokens"].values())}
         if tool == "dpk":
-            return score.compare_tokens(ref["tokens"], score.token_counts(out, "document_id", "token_count"))
+            return score.compare_tokens(ref["tokens"], score.token_counts(out, "id", "token_count"))
         return score.compare_tokens(ref["tokens"], None, score.datatrove_tokens(out))
     return {"docs_out": len(score.read_columns(out, ["id"]))}
 

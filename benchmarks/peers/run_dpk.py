@@ -50,7 +50,8 @@ def fuzzy_dedup(src: str, dst: str, assets: dict) -> int:
     from dpk_fdedup import transform_python as fd
 
     sys.argv = ["fdedup", "--input_folder", src, "--output_folder", dst, "--contents_column", "contents",
-                "--document_id_column", "int_id_column"]  # see harness._dpk_fdedup_input
+                "--document_id_column", "int_id_column",  # see harness._dpk_fdedup_input
+                "--operation_mode", "filter_duplicates"]  # left out, the orchestrator annotates (output in annotated/)
     args = fd.parse_args()
     return fd.ServiceOrchestrator(global_params=args).orchestrate()
 
@@ -59,7 +60,7 @@ def lang_id(src: str, dst: str, assets: dict) -> int:
     from dpk_lang_id.transform_python import LangIdentificationPythonTransformConfiguration
 
     return _launch(LangIdentificationPythonTransformConfiguration(),
-                   {"lang_id_model_url": assets["lid_model"], "lang_id_model_credential": "",
+                   {"lang_id_model_url": assets["lid_model"], "lang_id_model_kind": "fasttext", "lang_id_model_credential": "",
                     "lang_id_content_column_name": "contents", "runtime_num_processors": WORKERS}, src, dst)
 
 
@@ -74,11 +75,10 @@ def doc_quality(src: str, dst: str, assets: dict) -> int:
 
 
 def filter(src: str, dst: str, assets: dict) -> int:  # noqa: A001 - the stage's name
-    from data_processing.utils import ParamsUtils
     from dpk_filter.runtime import FilterPythonTransformConfiguration
 
     return _launch(FilterPythonTransformConfiguration(),
-                   {"filter_criteria_list": ParamsUtils.convert_to_ast(CRITERIA), "filter_logical_operator": "AND",
+                   {"filter_criteria_list": CRITERIA, "filter_logical_operator": "AND",
                     "runtime_num_processors": WORKERS}, src, dst)
 
 
