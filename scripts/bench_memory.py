@@ -87,6 +87,8 @@ def build_inputs(work: Path, mb: int, chunk_mb: int = CHUNK_MB) -> tuple[Path, P
                     line = json.dumps({"id": sid, "text": text}, ensure_ascii=False) + "\n"
                     out.write(line)
                     written += len(line.encode("utf-8"))
+                    if written >= mb * 1e6:
+                        break
                 if written >= mb * 1e6:
                     break
         os.replace(tmp, target)
@@ -109,11 +111,11 @@ def main() -> int:
     wanted = [n for n in order if not args.only or n in args.only.split(",")]
     sizes = [int(s) for s in args.sizes_mb.split(",")]
     results: dict[str, dict[int, dict]] = {}
-    for mb in sizes:
-        work = Path(args.work) / f"file{mb}mb"
-        sample, jsonl = build_inputs(work, mb, args.chunk_mb)
-        ids = work / "doc_id"
-        for name in wanted:
+    inputs = {mb: build_inputs(Path(args.work) / f"file{mb}mb", mb, args.chunk_mb) for mb in sizes}
+    for name in wanted:  # stage by stage, every size: the rows of the cheap stages are complete first
+        for mb in sizes:
+            work = Path(args.work) / f"file{mb}mb"
+            (sample, jsonl), ids = inputs[mb], work / "doc_id"
             if name == "ingest":
                 src, params = jsonl, {"text_field": "text"}
             elif name == "doc_id":
