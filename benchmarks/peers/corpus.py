@@ -19,13 +19,14 @@ Written under ``<out>``: ``corpus/part-*.parquet`` (columns ``doc_id`` int64 0..
 string, ``contents``), ``nodups/`` (the same without the planted exact copies: the fuzzy dedup
 input every tool reads), and ``truth/``: ``docs.parquet`` (id, lang of the source text, kind,
 dup_of, planted jaccard) and ``pairs.parquet`` (every pair of ``nodups`` documents with true
-Jaccard >= 0.5, found by brute force over hashed shingles: ``prepline.sample.near_pairs``, so
-accidental near copies count too). Nothing here is a test fixture: the tests never read it.
+Jaccard >= 0.5: candidates by brute force over hashed shingles (``prepline.sample.near_pairs``),
+each measured again exactly, so accidental near copies count too). Nothing here is a test fixture: the tests never read it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import sys
@@ -165,10 +166,32 @@ def _write(folder: Path, rows: list[dict], files: int) -> None:
         pq.write_table(t, folder / f"part-{f:05d}.parquet", **PARQUET_WRITE_OPTIONS)
 
 
+def true_pairs(texts: list[str], threshold: float = 0.5) -> list[tuple[int, int, float]]:
+    """Every pair with word 5-shingle Jaccard >= threshold, with its exact Jaccard.
+
+    ``near_pairs`` finds candidates without the shingles shared by more than 200 texts (formulaic
+    parliamentary phrases), so its Jaccard of a pair can be low; candidates are taken well below
+    the threshold and each is measured again on the full shingle sets.
+    """
+    from prepline.sample import near_pairs, shingle_jaccard
+
+    out = []
+    for a, b, _ in near_pairs(texts, threshold * 0.6):
+        j = shingle_jaccard(texts[a], texts[b])
+        if j >= threshold:
+            out.append((a, b, j))
+    return out
+
+
+def write_pairs(path: Path, ids: list[str], pairs: list[tuple[int, int, float]]) -> None:
+    tmp = path.with_name(".pairs.tmp")
+    pq.write_table(pa.table({"a": [ids[a] for a, _, _ in pairs], "b": [ids[b] for _, b, _ in pairs],
+                             "jaccard": [j for _, _, j in pairs]}), tmp)
+    os.replace(tmp, path)
+
+
 def build(out: Path, docs: int = 50_000, seed: int = 7, files: int = 8) -> dict:
     """Write the corpus, the exact-dedup'd copy and the truth under ``out``; return its summary."""
-    from prepline.sample import near_pairs
-
     out = Path(out)
     summary_file = out / "truth" / "summary.json"
     if summary_file.exists():
@@ -182,9 +205,8 @@ def build(out: Path, docs: int = 50_000, seed: int = 7, files: int = 8) -> dict:
     (out / "truth").mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist([{k: r[k] for k in ("id", "doc_id", "lang", "kind", "dup_of", "jaccard")} for r in rows]),
                    out / "truth" / "docs.parquet")
-    pairs = near_pairs([r["contents"] for r in nodups], 0.5)
-    pq.write_table(pa.table({"a": [nodups[a]["id"] for a, _, _ in pairs], "b": [nodups[b]["id"] for _, b, _ in pairs],
-                             "jaccard": [j for _, _, j in pairs]}), out / "truth" / "pairs.parquet")
+    pairs = true_pairs([r["contents"] for r in nodups])
+    write_pairs(out / "truth" / "pairs.parquet", [r["id"] for r in nodups], pairs)
     chars = sum(len(r["contents"]) for r in rows)
     kinds: dict[str, int] = {}
     for r in rows:

@@ -180,6 +180,19 @@ def run(work: Path, docs: int, only: list[str], timed: Callable, skip_install: b
     return rows
 
 
+def rescore(work: Path, docs: int, rows: list[dict]) -> list[dict]:
+    """The accuracy of an earlier run's outputs again, against the truth as it is now (timings kept)."""
+    sys.path.insert(0, str(HERE))
+    base = work / "peers" / f"docs{docs}"
+    by_name = {s.name: s for s in STAGES}
+    for row in rows:
+        st, ref = by_name[row["stage"]], {}
+        for tool, r in row["tools"].items():
+            out = _output(tool, st.name, base / "out" / tool / st.name)
+            r["accuracy"] = _accuracy(st.name, tool, base / "truth", base / st.input, out, ref)
+    return rows
+
+
 def print_table(rows: list[dict]) -> None:
     """Markdown table: wall seconds per tool, prepline / peer, accuracy per tool."""
     print("\n| stage | prepline s | DPK s | datatrove s | prepline/DPK | prepline/datatrove | accuracy |")
