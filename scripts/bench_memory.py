@@ -5,9 +5,10 @@ not the file (target: the largest file's peak within 1.5x the smallest's).
     .venv/bin/python scripts/bench_memory.py --sizes-mb 200,2000
     .venv/bin/python scripts/bench_memory.py --sizes-mb 20,200 --only doc_id,exact_dedup,ingest
 
-For each size it builds one Parquet file with the sample builder (``prepline sample --files 1``, in
-chunks of 200 MB with seeds 42, 43, ... appended row group by row group; ~573 bytes of zstd Parquet per
-document, 64k-row row groups), writes the first documents of it as
+For each size it builds one Parquet file: a sample of up to 200 MB (``prepline sample --files 1``,
+~573 bytes of zstd Parquet per document), then as many spliced copies of it as the size needs (each
+text's first half joined to another text's second half: all texts new, none a near duplicate),
+appended in 64k-row row groups; writes the first documents of it as
 one JSONL file of about the same size (``{"id", "text"}`` per line) for ``ingest``, runs doc_id on
 the Parquet file, then every other stage on doc_id's output (one file again), each as ``prepline
 run`` with one worker in a fresh process, through the stage benchmark's launcher (peak RSS of the
@@ -30,43 +31,47 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench import DEFAULT_ORDER, load_specs, timed  # noqa: E402  (one launcher for every benchmark)
 
 BYTES_PER_DOC = 573  # zstd Parquet of the sample (114.5 MB for 200k documents)
-CHUNK_MB = 200  # the largest sample built at once (~1.7 GB in the builder)
+CHUNK_MB = 200  # the largest sample built (~1.7 GB in the builder); larger files add spliced copies of it
 TARGET = 1.5
 
 
-def build_parquet(target: Path, mb: int, chunk_mb: int = CHUNK_MB) -> None:
-    """One Parquet file of about mb MB: samples of CHUNK_MB (seeds 42, 43, ...) appended row group by row group.
+def spliced(texts: list[str], k: int) -> list[str]:
+    """Copy k of the base texts: the first half of each text joined to the second half of another
+    (a permutation seeded by k). Real sentences, all new texts; a spliced text shares about a third
+    of its word shingles with either source, far below any near-duplicate threshold."""
+    import random
 
-    One sample of 3.5M documents would need ~17 GB in the builder; chunks keep it to ~1.7 GB. Real texts
-    recur across chunks (the packaged pools are finite; composed documents differ), as they would in a crawl.
-    """
+    order = list(range(len(texts)))
+    random.Random(k).shuffle(order)
+    return [a[: len(a) // 2] + texts[j][len(texts[j]) // 2 :] for a, j in zip(texts, order)]
+
+
+def build_parquet(target: Path, mb: int, base_dir: Path, chunk_mb: int = CHUNK_MB) -> None:
+    """One Parquet file of about mb MB, appended row group by row group: a sample of up to chunk_mb
+    (seed 42; shared by every size), then spliced copies of it (see :func:`spliced`).
+
+    One sample of 3.5M documents would need ~17 GB and an hour in the builder on this machine."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from prepline.data_access import PARQUET_WRITE_OPTIONS
 
-    chunks = max(1, round(mb / chunk_mb))
-    docs = int(mb * 1e6 / BYTES_PER_DOC / chunks)
+    docs = int(min(mb, chunk_mb) * 1e6 / BYTES_PER_DOC)
+    base = base_dir / f"sample{docs}"
+    if not (base / "_truth" / "summary.json").exists():
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "prepline.cli", "sample", "--output", str(base), "--docs", str(docs), "--files", "1"],
+                       check=True, stdout=subprocess.DEVNULL)
+        print(f"[memory] {docs:,}-document sample built in {time.perf_counter() - t0:.0f}s", file=sys.stderr)
+    table = pq.read_table(base / "part-00000.parquet")
+    texts = table.column("contents").to_pylist()
+    opts = {k: v for k, v in PARQUET_WRITE_OPTIONS.items() if k != "row_group_size"}
     tmp = target.with_name(".part.tmp")
-    writer = None
-    try:
-        for k in range(chunks):
-            t0 = time.perf_counter()
-            chunk = target.parent.parent / f".chunk{k}"
-            subprocess.run([sys.executable, "-m", "prepline.cli", "sample", "--output", str(chunk), "--docs", str(docs),
-                            "--files", "1", "--seed", str(42 + k)], check=True, stdout=subprocess.DEVNULL)
-            pf = pq.ParquetFile(chunk / "part-00000.parquet")
-            if writer is None:
-                opts = {k: v for k, v in PARQUET_WRITE_OPTIONS.items() if k != "row_group_size"}
-                writer = pq.ParquetWriter(tmp, pf.schema_arrow, **opts)
-            for i in range(pf.num_row_groups):
-                writer.write_table(pf.read_row_group(i), row_group_size=PARQUET_WRITE_OPTIONS["row_group_size"])
-            subprocess.run(["rm", "-rf", str(chunk)], check=True)
-            print(f"[memory] chunk {k + 1}/{chunks}: {docs:,} documents in {time.perf_counter() - t0:.0f}s", file=sys.stderr)
-        writer.close()
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with pq.ParquetWriter(tmp, table.schema, **opts) as writer:
+        for k in range(max(1, round(mb / min(mb, chunk_mb)))):
+            chunk = table if k == 0 else table.set_column(1, "contents", pa.array(spliced(texts, k), pa.string()))
+            writer.write_table(chunk, row_group_size=PARQUET_WRITE_OPTIONS["row_group_size"])
+    os.replace(tmp, target)
 
 
 def build_inputs(work: Path, mb: int, chunk_mb: int = CHUNK_MB) -> tuple[Path, Path]:
@@ -76,7 +81,7 @@ def build_inputs(work: Path, mb: int, chunk_mb: int = CHUNK_MB) -> tuple[Path, P
     sample, jsonl = work / "sample", work / "jsonl"
     if not (sample / "part-00000.parquet").exists():
         sample.mkdir(parents=True, exist_ok=True)
-        build_parquet(sample / "part-00000.parquet", mb, chunk_mb)
+        build_parquet(sample / "part-00000.parquet", mb, work.parent, chunk_mb)
     target = jsonl / "part-00000.jsonl"
     if not target.exists():
         jsonl.mkdir(parents=True, exist_ok=True)
