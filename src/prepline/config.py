@@ -99,6 +99,20 @@ class TransformConfig:
         kwargs = {k: coerce(known[k], v) for k, v in values.items()}
         return cls(**kwargs)
 
+    @classmethod
+    def check_params(cls, values: dict[str, Any]) -> None:
+        """Check part of the parameters (names, types, ranges, choices), not how they combine: an
+        override merged later into other settings (the whole is checked once merged)."""
+        known = {p.name: p for p in cls.params()}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"unknown parameter(s) {', '.join(unknown)} for {cls.__name__}",
+                f"valid parameters: {', '.join(sorted(known))}",
+            )
+        for k, v in values.items():
+            _check_value(cls, known[k], coerce(known[k], v))
+
     def to_dict(self) -> dict[str, Any]:
         return {p.name: getattr(self, p.name) for p in self.params()}
 

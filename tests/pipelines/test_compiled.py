@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -12,7 +13,8 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 
 from prepline import registry
 from prepline.kfp_cli import ROOT, sync_compiled
-from prepline.pipelines.factory import BRANCH_STAGES, GLOBAL_STAGES, pipelines
+from prepline.pipelines import spec as specs
+from prepline.pipelines.factory import pipelines
 
 COMPILED = ROOT / "compiled"
 
@@ -51,24 +53,48 @@ def test_simple_pipeline_structure(name):
     stop = exit_tasks[0]
     assert stop.inputs.parameters["run_id"].runtime_value.constant.string_value == "{{$.pipeline_job_uuid}}"
     assert stop.inputs.parameters["stage"].runtime_value.constant.string_value == name
-    assert set(spec.root.input_definitions.parameters) >= {"input_path", "work_root", "params_json", "provider", "cluster_json", "s3_secret_name"}
+    assert all(p.HasField("component_input_parameter") or p.HasField("runtime_value") for p in stop.inputs.parameters.values())
+    assert set(spec.root.input_definitions.parameters) >= {"input_path", "work_root", "params_json", "provider", "cluster_json",
+                                                           "s3_secret_name", "from_plan"}
+    # start and run only when prepare says the stage runs (a spec pipeline's plan may say it does not)
+    body = spec.components["comp-exit-handler-1"].dag.tasks
+    cond = [t for t in body.values() if t.trigger_policy.condition]
+    assert len(cond) == 1 and "!= 'skip'" in cond[0].trigger_policy.condition
 
 
-def test_super_pipeline_nests_every_stage_with_a_per_language_loop():
+def test_super_pipeline_is_the_shipped_spec():
+    """plan → ingest → global stages → ParallelFor{branch stages to filter} → train_tokenizer →
+    ParallelFor{tokenization} → check_documents → fine_tune, each stage nested with its exit task."""
     spec = _spec(COMPILED / "pipelines" / "super.yaml")
+    shipped = specs.shipped()
+    root = spec.root.dag.tasks
     comps = set(spec.components.keys())
-    names = set(registry.names())
-    for s in GLOBAL_STAGES + BRANCH_STAGES:
-        if s in names:
-            assert f"comp-{s.replace('_', '-')}" in comps, s
-    text = (COMPILED / "pipelines" / "super.yaml").read_text()
-    if "lang_id" in names and set(BRANCH_STAGES) & names:
-        assert "parameterIterator" in text and "per-language" in text
-    langs = spec.root.input_definitions.parameters["languages"].default_value
-    assert [v.string_value for v in langs.list_value.values] == ["en", "ja", "fr"]
-    # every nested stage still has its exit task
+    for s in shipped.order():
+        assert f"comp-{s.replace('_', '-')}" in comps, s
+    chain, name = [], "plan-run"
+    deps = {k: list(t.dependent_tasks) for k, t in root.items()}
+    while True:
+        chain.append(name)
+        nxt = [k for k, d in deps.items() if name in d]
+        if not nxt:
+            break
+        (name,) = nxt
+    loops = [k for k in chain if k.startswith("for-loop")]
+    assert chain == ["plan-run", "ingest", "doc-id", "exact-dedup", "fuzzy-dedup", "lang-id", loops[0], "train-tokenizer", loops[1],
+                     "check-documents", "fine-tune"], chain
+    first, second = (spec.components[root[k].component_ref.name].dag.tasks for k in loops)
+    assert set(first) == {"doc-quality", "pii-redactor", "hap", "filter"} and set(second) == {"tokenization"}
+    for k in loops:
+        assert root[k].parameter_iterator.items.input_parameter == "pipelinechannel--languages"
+    params = spec.root.input_definitions.parameters
+    assert [v.string_value for v in params["languages"].default_value.list_value.values] == ["en", "ja", "fr"]
+    # what a user passes merges into the spec's settings: nothing to lose in the defaults
+    assert params["overrides_json"].default_value.string_value == "{}" and params["train_params_json"].default_value.string_value == "{}"
+    assert params["input_format"].default_value.string_value == "auto" and params["text_column"].default_value.string_value == "contents"
+    assert root["fine-tune"].inputs.parameters["defaults_json"].runtime_value.constant.string_value == json.dumps(shipped.train_params, sort_keys=True)
+    assert "mixed_tokenizers" not in (COMPILED / "pipelines" / "super.yaml").read_text()
     stops = [c for c in spec.components if c.startswith("comp-stop-ray-cluster")]
-    assert len(stops) == len([s for s in GLOBAL_STAGES + BRANCH_STAGES if s in names])
+    assert len(stops) == len(shipped.order())
 
 
 def test_secret_name_is_a_parameter_and_no_credentials_anywhere():
