@@ -207,7 +207,7 @@ def print_run_counts(stages_root: Path, since: float = 0.0) -> None:
         from prepline.pipelines.conservation import summary_lines
 
         for line in summary_lines(json.loads(cons.read_text())):
-            _console().print(line)
+            _console().print(line, soft_wrap=True)
     metrics = run_dir / "fine_tune" / "metrics.json"
     if metrics.exists():
         mt = json.loads(metrics.read_text())
