@@ -199,12 +199,14 @@ def spec_pipeline(spec: PipelineSpec, images: ImageSet = DEFAULT_IMAGES):
 @lru_cache(maxsize=None)
 def _spec_pipeline(spec_json: str, images: ImageSet):
     spec = specs.load(json.loads(spec_json))
+    # made before the graph: a pipeline cannot be defined while another one is
+    stages = {s: simple_pipeline(s, images) for s in [*spec.order()] if s in registry.names()}
 
     def build(**a):
         shared = {k: a[k] for k in stage_params.SHARED}
 
         def stage(s, lang):
-            return simple_pipeline(s, images)(input_path=a["input_path"], branch="" if lang is None else lang, from_plan=True, **shared)
+            return stages[s](input_path=a["input_path"], branch="" if lang is None else lang, from_plan=True, **shared)
 
         wire(spec, a, stage, dsl.PIPELINE_JOB_ID_PLACEHOLDER)
 

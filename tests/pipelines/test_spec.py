@@ -212,3 +212,26 @@ def test_the_check_fails_when_a_stage_loses_documents(mini_run, tmp_path):
         shutil.copytree(tmp_path / "keep", lost)
         run_plan(plan, only=("filter", "ja"))
     assert check(plan, write=False)["holds"]
+
+
+def test_compile_a_spec_file_in_a_fresh_process(tmp_path):
+    """prepline pipeline compile my.yaml: the nested and the chained pipeline (its stages' simple
+    pipelines are made first: a fresh process has none yet) and the Elyra template."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    mine = Path(__file__).parent / "mine.yaml"
+    r = subprocess.run([sys.executable, "-m", "prepline.cli", "pipeline", "compile", str(mine), "--output", str(tmp_path),
+                        "--elyra", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.pipeline", "mine.yaml", "mine_chained.yaml"]
+    spec = next(yaml.safe_load_all((tmp_path / "mine.yaml").read_text()))
+    assert spec["pipelineInfo"]["name"] == "prepline-mine"
+    assert spec["root"]["inputDefinitions"]["parameters"]["text_column"]["defaultValue"] == "text"
+    assert "fine_tune" not in spec["root"]["dag"]["tasks"] and "train_mode" not in spec["root"]["inputDefinitions"]["parameters"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(mine.read_text().replace("- doc_quality", "- doc_qualty"))
+    r = subprocess.run([sys.executable, "-m", "prepline.cli", "pipeline", "compile", str(bad)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "stage 'doc_qualty': is not a transform" in r.stderr and "fix:" in r.stderr
