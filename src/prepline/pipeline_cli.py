@@ -106,7 +106,7 @@ def _args(a, work: Path) -> dict[str, Any]:
 
 
 def _run(a) -> int:
-    from prepline.kfp_cli import TaskTimes, run_local, strip_ansi
+    from prepline.kfp.local import TaskTimes, run_local, strip_ansi
 
     pipeline, name = None, a.name
     if _is_spec(a.name):
