@@ -2,7 +2,7 @@
 branches' stages and their tokenization) and check_documents (after the last data stage).
 
 Thin lightweight components in the launcher image, no Ray: their bodies call
-:mod:`prepline.pipelines.plan`, :func:`prepline.tokens.shared.train_for_run` and
+:mod:`prepline.pipelines.plan`, :func:`prepline.tokens.shared.train_shared_tokenizer` and
 :mod:`prepline.pipelines.conservation`, where the logic lives and is tested without KFP. They
 talk to the stages through files in the run folder (``<work_root>/<run>/plan.json``,
 ``tokenizer/``, ``conservation.json``), as the stages talk to each other.

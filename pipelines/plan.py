@@ -32,7 +32,7 @@ from prepline.stage_params import deep_merge
 
 PLAN_FILE = "plan.json"
 PLAN_VERSION = 1
-#: the stage output folder of the run's shared tokenizer (prepline.tokens.shared.SHARED_STAGE)
+#: the stage output folder of the run's shared tokenizer
 TOKENIZER_STAGE = "tokenizer"
 #: overrides_json keys that are not stages: the shared tokenizer's parameters
 PSEUDO_STAGES = (TOKENIZER_STAGE,)
@@ -231,7 +231,9 @@ def _tokenizer(spec: PipelineSpec, overrides: dict, text_column: str, work_root:
     except ConfigError as e:
         raise ConfigError(f"tokenizer: {e.message}", e.fix) from None
     stage, from_split = (spec.branch_stages[i - 1].name, False) if i else (SPLIT, True)
-    return {"input_stage": stage, "from_split": from_split, "languages": langs, "params": params,
+    inputs = [f"{stage_output(work_root, run_id, stage)}/lang={b}" if from_split else stage_output(work_root, run_id, stage, b)
+              for b in langs]
+    return {"input_stage": stage, "from_split": from_split, "languages": langs, "inputs": inputs, "params": params,
             "output": stage_output(work_root, run_id, TOKENIZER_STAGE)}
 
 

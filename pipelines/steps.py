@@ -24,12 +24,13 @@ def plan_step(spec_json: str, *, input_path: str, work_root: str, run_id: str, l
 
 
 def tokenizer_step(work_root: str, run_id: str) -> dict:
-    """Train the run's shared tokenizer on the branches the plan names (prepline.tokens.shared.train_for_run)."""
+    """Train the run's shared tokenizer on the branch folders the plan names, into the folder it names
+    (prepline.tokens.shared.train_shared_tokenizer); returns the record plus ``output``."""
     from prepline.pipelines.plan import read_plan
-    from prepline.tokens.shared import train_for_run
+    from prepline.tokens.shared import train_shared_tokenizer
 
     t = read_plan(work_root, run_id)["tokenizer"]
-    record = train_for_run(work_root, run_id, t["languages"], t["input_stage"], t["from_split"], t["params"])
+    record = {**train_shared_tokenizer(t["inputs"], t["output"], t["params"]), "output": t["output"]}
     print(f"[prepline] tokenizer: {record['vocab_size']:,} ids from {record['train_chars']:,} characters of "
           f"{', '.join(t['languages'])} -> {record['output']}", flush=True)
     return record

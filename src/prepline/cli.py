@@ -274,7 +274,7 @@ def cmd_compile(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     from pathlib import Path
 
-    from prepline.elyra import sync as sync_elyra
+    from prepline.elyra_pipeline import sync as sync_elyra
     from prepline.kfp.compile import sync_compiled
 
     image_set = images.ImageSet(a.registry, a.tag)

@@ -1,5 +1,6 @@
-"""Elyra surface: a component catalog and ``.pipeline`` templates generated from the registry, and the
-one-step stage entrypoint those components run.
+"""Elyra surface: the catalog entry of each transform, the one-step stage entrypoint it runs, and the
+nodes and document of a ``.pipeline`` file (:mod:`prepline.elyra_pipeline` builds the templates and
+writes the whole generated tree, ``elyra_templates/``).
 
 Elyra's Kubeflow Pipelines connector reads components in the KFP **v1** ``component.yaml`` format.
 Each catalog entry runs one transform as a whole stage in a single container step
@@ -19,7 +20,6 @@ Credentials: Elyra 4.1.1 gives custom nodes neither Kubernetes secrets nor envir
 pods get the secret itself (``s3_secret_name``), as in the compiled pipelines.
 
     python -m prepline.elyra run doc_id --input-path data/in --work-root data/work --run-id r1 ...
-    python scripts/gen_elyra.py [--check]        # (re)generate elyra_templates/
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from typing import Any
 
 from prepline import registry, s3_credentials, stage_params, stages
 from prepline.errors import ConfigError, PreplineError, exit_code
-from prepline.gentree import sync_tree, write_files
 from prepline.images import DEFAULT as DEFAULT_IMAGES
 from prepline.images import ImageSet
 
@@ -411,33 +410,6 @@ def document(template: str, name: str, description: str, nodes: list[dict], imag
         }],
         "schemas": [],
     }
-
-
-def simple_template(transform: str, images: ImageSet = DEFAULT_IMAGES) -> dict:
-    node = stage_node(transform, transform, transform, (80, 80), None, {}, {})
-    return document(transform, f"prepline-{transform.replace('_', '-')}",
-                    f"prepline {transform}: {registry.get(transform).summary}", [node], images)
-
-
-TEMPLATE_TRANSFORM = "doc_id"
-
-
-def generate(images: ImageSet = DEFAULT_IMAGES) -> dict[str, str]:
-    """Every generated file of elyra_templates/ by its relative path."""
-    from prepline import elyra_pipeline
-
-    files = {f"{CATALOG_SUBDIR}/{component_file(t)}": _yaml(component_spec(t, images)) for t in registry.names()}
-    files.update({f"{CATALOG_SUBDIR}/{component_file(s)}": _yaml(elyra_pipeline.step_spec(s, images)) for s in elyra_pipeline.STEPS})
-    if TEMPLATE_TRANSFORM in registry.names():
-        files[f"{TEMPLATE_TRANSFORM}.pipeline"] = json.dumps(simple_template(TEMPLATE_TRANSFORM, images), indent=2) + "\n"
-    files["super.pipeline"] = json.dumps(elyra_pipeline.spec_template(images=images), indent=2, ensure_ascii=False) + "\n"
-    return files
-
-
-def sync(target: Path, check: bool = False, images: ImageSet = DEFAULT_IMAGES) -> list[str]:
-    """Compare the generated files of ``target`` (*.yaml under the catalog folder and *.pipeline)
-    with :func:`generate`; unless ``check``, write the differences. Returns them."""
-    return sync_tree(write_files(generate(images)), target, [f"{CATALOG_SUBDIR}/*.yaml", "*.pipeline"], check=check)
 
 
 if __name__ == "__main__":

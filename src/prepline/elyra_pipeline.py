@@ -1,5 +1,8 @@
-"""Elyra: a pipeline spec as a ``.pipeline`` template, and the catalog entries of the steps around
-its stages (plan, train_tokenizer, check_documents, fine_tune) with their entrypoint.
+"""Elyra's generated tree (``elyra_templates/``, :func:`sync`): the catalog, a pipeline spec as a
+``.pipeline`` template (the shipped super pipeline's, and ``doc_id``'s as the simple example), and the
+catalog entries of the steps around a spec's stages (plan, train_tokenizer, check_documents,
+fine_tune) with their entrypoint. The transforms' entries, nodes and documents come from
+:mod:`prepline.elyra`.
 
 The template has the nested KFP pipeline's steps as nodes: ``plan`` first (it writes the run's
 plan.json), ``ingest`` and the global stages, one chain of branch stages per language of the spec
@@ -11,6 +14,7 @@ Elyra's templates are static: the branches are the spec's languages (a node valu
 fine_tune, not a pipeline parameter).
 
     python -m prepline.elyra_pipeline plan --spec-json '{...}' --input-path ... --work-root ... --run-id r1
+    python scripts/gen_elyra.py [--check]        # (re)generate elyra_templates/
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from prepline import s3_credentials, stage_params
-from prepline.elyra import (CATALOG_TYPE, RUN_ID_PLACEHOLDER, STAGE_INPUTS, _KFP_TYPE, _parse_list, component_file, document,
-                            raw_node, stage_inputs, stage_node)
+from prepline import registry, s3_credentials, stage_params
+from prepline.elyra import (CATALOG_SUBDIR, CATALOG_TYPE, RUN_ID_PLACEHOLDER, STAGE_INPUTS, _KFP_TYPE, _inputs_values, _parse_list, _yaml,
+                            component_file, component_spec, document, raw_node, stage_inputs, stage_node)
 from prepline.errors import PreplineError, exit_code
+from prepline.gentree import sync_tree, write_files
 from prepline.images import DEFAULT as DEFAULT_IMAGES
 from prepline.images import ImageSet
+from prepline.pipelines import spec as specs
 
 _P = stage_params.PARAMS
 _CREDS = ("s3_credentials", "String", s3_credentials.DEFAULT_PATH, True, dict((n, h) for n, *_, h in STAGE_INPUTS)["s3_credentials"])
@@ -144,8 +150,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _step_node(tpl: str, step: str, pos: tuple[int, int], parents, values: dict) -> dict:
-    from prepline.elyra import _inputs_values
-
     params = _inputs_values(STEPS[step][1], values)
     params[f"output_{RESULT[0]}"] = ""
     return raw_node(tpl, step_id(step), step, pos, parents, params, f"prepline {step}: {STEPS[step][2]}")
@@ -153,8 +157,6 @@ def _step_node(tpl: str, step: str, pos: tuple[int, int], parents, values: dict)
 
 def spec_template(spec=None, images: ImageSet = DEFAULT_IMAGES) -> dict:
     """The Elyra template of a pipeline spec (default: the shipped super pipeline); see the module doc."""
-    from prepline import registry
-    from prepline.pipelines import spec as specs
     from prepline.pipelines.spec import INGEST
 
     spec = spec or specs.shipped()
@@ -196,6 +198,37 @@ def spec_template(spec=None, images: ImageSet = DEFAULT_IMAGES) -> dict:
         used.append("fine_tune")
     inputs = stage_inputs(images) + [i for st in used for i in STEPS[st][1]]
     return document(tpl, spec.kfp_name(), spec.summary(), nodes, images, inputs)
+
+
+# ----------------------------------------------------------------------------------------------
+# the generated tree
+
+
+def simple_template(transform: str, images: ImageSet = DEFAULT_IMAGES) -> dict:
+    node = stage_node(transform, transform, transform, (80, 80), None, {}, {})
+    return document(transform, f"prepline-{transform.replace('_', '-')}",
+                    f"prepline {transform}: {registry.get(transform).summary}", [node], images)
+
+
+TEMPLATE_TRANSFORM = "doc_id"
+
+
+def generate(images: ImageSet = DEFAULT_IMAGES) -> dict[str, str]:
+    """Every generated file of elyra_templates/ by its relative path."""
+    files = {f"{CATALOG_SUBDIR}/{component_file(t)}": _yaml(component_spec(t, images)) for t in registry.names()}
+    files.update({f"{CATALOG_SUBDIR}/{component_file(s)}": _yaml(step_spec(s, images)) for s in STEPS})
+    if TEMPLATE_TRANSFORM in registry.names():
+        files[f"{TEMPLATE_TRANSFORM}.pipeline"] = json.dumps(simple_template(TEMPLATE_TRANSFORM, images), indent=2) + "\n"
+    shipped = specs.shipped()
+    files[f"{shipped.name}.pipeline"] = json.dumps(spec_template(shipped, images), indent=2, ensure_ascii=False) + "\n"
+    return files
+
+
+def sync(target: Path, check: bool = False, images: ImageSet = DEFAULT_IMAGES) -> list[str]:
+    """Compare the generated files of ``target`` (*.yaml under the catalog folder and *.pipeline)
+    with :func:`generate`; unless ``check``, write the differences. Returns them."""
+    return sync_tree(write_files(generate(images)), target, [f"{CATALOG_SUBDIR}/*.yaml", "*.pipeline"], check=check)
+
 
 
 if __name__ == "__main__":

@@ -16,10 +16,8 @@ import pytest
 import yaml
 
 from prepline import registry
-from prepline.elyra import (
-    CATALOG_SUBDIR, RUN_ID_PLACEHOLDER, STAGE_INPUTS, STAGE_OUTPUTS, _cli, _parse_list, component_id, generate, sync,
-    typed_params,
-)
+from prepline.elyra import CATALOG_SUBDIR, RUN_ID_PLACEHOLDER, STAGE_INPUTS, STAGE_OUTPUTS, _cli, _parse_list, component_id, typed_params
+from prepline.elyra_pipeline import generate, sync
 from prepline.images import LAUNCHER_IMAGE, TRAINER_IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,7 +155,7 @@ def test_templates_reference_the_catalog_and_mirror_the_stages():
 def test_generation_is_deterministic():
     """Another interpreter (another hash seed than this one's random seed, so another set and dict
     iteration order) generates the same files."""
-    code = "import json, sys; from prepline.elyra import generate; json.dump(generate(), sys.stdout, sort_keys=True)"
+    code = "import json, sys; from prepline.elyra_pipeline import generate; json.dump(generate(), sys.stdout, sort_keys=True)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
                        env={**os.environ, "PYTHONHASHSEED": "12345"})
     assert json.loads(r.stdout) == generate()

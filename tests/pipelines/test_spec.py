@@ -214,6 +214,25 @@ def test_the_check_fails_when_a_stage_loses_documents(mini_run, tmp_path):
     assert check(plan, write=False)["holds"]
 
 
+def test_the_run_tokenizer_trains_on_the_branches_the_plan_names(mini_run):
+    """train_tokenizer reads what the plan says: the branch folders before tokenization, and writes
+    the folder that each branch's tokenization gets for ``run:tokenizer``."""
+    from prepline.pipelines.steps import tokenizer_step
+    from prepline.stages import run_refs
+
+    d = json.loads(json.dumps(MINI))
+    d["branches"]["stages"].append({"name": "tokenization", "params": {"tokenizer": "run:tokenizer"}})
+    d["tokenizer"] = {"params": {"vocab_size": 300}}
+    plan = make_plan(specs.load(d), input_path=mini_run["input"]["path"], work_root=mini_run["work_root"], run_id="run-1")
+    t = plan["tokenizer"]
+    assert t["inputs"] == [entry(plan, "filter", b)["output"] for b in ("en", "ja")] == [entry(mini_run, "filter", b)["output"] for b in ("en", "ja")]
+    write_plan(plan)
+    rec = tokenizer_step(plan["work_root"], "run-1")
+    assert rec["output"] == t["output"] == run_refs(params(plan, "tokenization", "ja"), plan["work_root"], "run-1")["tokenizer"]
+    assert Path(rec["output"], "tokenizer.json").is_file() and [r["input"] for r in rec["inputs"]] == t["inputs"]
+    assert all(r["docs"] > 0 for r in rec["inputs"]) and rec["vocab_size"] == 300
+
+
 def test_compile_a_spec_file_in_a_fresh_process(tmp_path):
     """prepline pipeline compile my.yaml: the nested and the chained pipeline (its stages' simple
     pipelines are made first: a fresh process has none yet) and the Elyra template."""
