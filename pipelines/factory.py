@@ -30,7 +30,6 @@ from prepline.images import DEFAULT as DEFAULT_IMAGES
 from prepline.images import ImageSet
 from prepline.pipelines import spec as specs
 from prepline.pipelines.spec import INGEST, PipelineSpec
-from prepline.stage_params import DEFAULT_S3_SECRET  # noqa: F401 (re-exported)
 
 S3_SECRET_KEYS = {"AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY",
                   "PREPLINE_S3_ENDPOINT": "PREPLINE_S3_ENDPOINT"}

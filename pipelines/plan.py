@@ -34,8 +34,6 @@ PLAN_FILE = "plan.json"
 PLAN_VERSION = 1
 #: the stage output folder of the run's shared tokenizer
 TOKENIZER_STAGE = "tokenizer"
-#: overrides_json keys that are not stages: the shared tokenizer's parameters
-PSEUDO_STAGES = (TOKENIZER_STAGE,)
 TEXT_PARAMS = ("content_column", "text_column")
 TEXT_VAR = "${text_column}"
 _FORMATS = {"jsonl": (".jsonl", ".jsonl.gz", ".jsonl.zst", ".ndjson", ".ndjson.gz", ".ndjson.zst"),
