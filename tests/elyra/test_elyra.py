@@ -439,16 +439,18 @@ def _export(env, home, tmp_path, template: str, source: Path):
 @pytest.mark.slow
 @pytest.mark.integration
 def test_a_users_spec_compiles_to_a_template_elyra_validates(elyra_env, tmp_path):
-    """prepline pipeline compile my.yaml --elyra: a spec with stages removed and reordered."""
-    from prepline.cli import main
+    """A spec with stages removed and one reordered (tests/pipelines/mine.yaml: test_local_run.py runs
+    it end to end, test_spec.py compiles it with `prepline pipeline compile --elyra`): its template
+    validates and exports with the real Elyra CLI, in the spec's order."""
+    from prepline.elyra_pipeline import spec_template
     from prepline.pipelines import spec as specs
 
     env, home = elyra_env
-    mine = ROOT / "tests" / "pipelines" / "mine.yaml"  # test_local_run.py runs it end to end
-    assert main(["pipeline", "compile", str(mine), "--output", str(tmp_path / "kfp"), "--elyra", str(tmp_path / "elyra")]) == 0
-    assert sorted(p.name for p in (tmp_path / "kfp").iterdir()) == ["mine.yaml", "mine_chained.yaml"]
-    spec, tasks, container, const, _ = _export(env, home, tmp_path, "mine", tmp_path / "elyra" / "mine.pipeline")
+    mine = specs.load(ROOT / "tests" / "pipelines" / "mine.yaml")
+    assert mine.order() == ["ingest", "lang_id", "filter", "doc_quality"]
+    (tmp_path / "mine.pipeline").write_text(json.dumps(spec_template(mine)))
+    spec, tasks, container, const, _ = _export(env, home, tmp_path, "mine", tmp_path / "mine.pipeline")
     graph = _graph(tasks, container, const)
     assert graph[("doc_quality", "en")] == {("filter", "en")} and graph[("filter", "en")] == {("lang_id", "")}
-    assert graph[("check_documents", "")] == {("doc_quality", "en")} and ("fuzzy_dedup", "") not in graph
-    assert specs.load(mine).order() == ["ingest", "doc_id", "lang_id", "filter", "doc_quality"]
+    assert graph[("lang_id", "")] == {("ingest", "")} and graph[("ingest", "")] == {("plan", "")}
+    assert graph[("check_documents", "")] == {("doc_quality", "en")} and len(graph) == 6  # no other stage, no fine_tune

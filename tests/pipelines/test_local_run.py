@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -69,54 +68,45 @@ def test_failing_stage_still_stops_its_cluster_and_fails_the_run(tmp_path, env):
     assert _clusters_left(tmp_path / "clusters") == []
 
 
-def write_warcs(root: Path, docs: int = 240, files: int = 2) -> Path:
-    """WARC files written by warcio: web pages around the bundled sample's real multilingual texts."""
-    import html
-
+def text_sample(root: Path, docs: int) -> Path:
+    """The bundled sample with its text in a `text` column (one Parquet file)."""
     import pyarrow.parquet as pq
-    from warcio.statusandheaders import StatusAndHeaders
-    from warcio.warcwriter import WARCWriter
 
     from prepline.sample import build_sample
 
     build_sample(str(root / "sample"), docs=docs, files=1)
-    texts = [t for f in sorted((root / "sample").glob("*.parquet")) for t in pq.read_table(f).column("contents").to_pylist()]
-    out = root / "warc"
+    (f,) = sorted((root / "sample").glob("*.parquet"))
+    out = root / "in"
     out.mkdir()
-    for i in range(files):
-        with open(out / f"crawl-{i}.warc.gz", "wb") as fh:
-            w = WARCWriter(fh, gzip=True)
-            for j, t in enumerate(texts[i::files]):
-                body = (f"<html><head><meta charset='utf-8'><title>page {j}</title></head><body><nav><a href='/'>Home</a></nav>"
-                        f"<main><article>{''.join(f'<p>{html.escape(p)}</p>' for p in t.splitlines() if p.strip())}</article></main>"
-                        "</body></html>").encode()
-                headers = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8")], protocol="HTTP/1.1")
-                w.write_record(w.create_warc_record(f"https://example.org/{i}/{j}", "response", payload=io.BytesIO(body),
-                                                    http_headers=headers))
+    t = pq.read_table(f)
+    pq.write_table(t.rename_columns(["text" if c == "contents" else c for c in t.column_names]), out / "part-0.parquet")
     return out
 
 
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.integration
-def test_a_users_spec_runs_end_to_end_from_warc_files(tmp_path, env):
-    """A spec file with stages removed and one reordered (tests/pipelines/mine.yaml), from a folder of
-    WARC files: ingest first (by the files' extensions), the text in `text`, one branch (en), the other
-    languages kept aside and counted, every document accounted for."""
-    src = write_warcs(tmp_path)
+def test_a_users_spec_runs_end_to_end(tmp_path, env):
+    """A spec file with stages removed and one reordered (tests/pipelines/mine.yaml: lang_id, then
+    filter before doc_quality for English), text in `text`: the plan skips ingest (Parquet), the other
+    languages are kept aside and counted, every document is accounted for. (Formats other than
+    Parquet run end to end in test_super_local.py.)"""
+    src = text_sample(tmp_path, 80)
     spec = Path(__file__).parent / "mine.yaml"
-    r = _run(["pipeline", "run", str(spec), "--local", "--input", str(src), "--work-root", str(tmp_path / "w")], env, timeout=1200)
+    r = _run(["pipeline", "run", str(spec), "--local", "--input", str(src), "--work-root", str(tmp_path / "w")], env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     (run,) = [p for p in (tmp_path / "w" / "stages").iterdir() if p.is_dir()]
     plan = json.loads((run / "plan.json").read_text())
-    assert plan["pipeline"] == "mine" and plan["input"]["format"] == "warc"
-    assert [(e["stage"], e["branch"]) for e in plan["entries"]] == [("ingest", ""), ("doc_id", ""), ("lang_id", ""), ("filter", "en"),
-                                                                   ("doc_quality", "en")]
+    assert plan["pipeline"] == "mine" and plan["input"]["format"] == "parquet"
+    assert [(e["stage"], e["branch"], e["runs"]) for e in plan["entries"]] == [
+        ("ingest", "", False), ("lang_id", "", True), ("filter", "en", True), ("doc_quality", "en", True)]
     meta = {str(p.parent.relative_to(run)): json.loads(p.read_text()) for p in run.rglob("metadata.json") if "_prepline" not in p.parts}
-    assert meta["ingest"]["totals"]["docs_in"] == 240 and meta["ingest"]["parameters"]["text_column"] == "text"
+    assert sorted(meta) == ["lang=en/doc_quality", "lang=en/filter", "lang_id"]
+    assert meta["lang_id"]["totals"]["docs_in"] == 80 and meta["lang_id"]["parameters"]["content_column"] == "text"
     assert meta["lang=en/doc_quality"]["totals"]["docs_in"] == meta["lang=en/filter"]["totals"]["docs_out"]  # reordered: filter first
     cons = json.loads((run / "conservation.json").read_text())
-    assert cons["holds"] and cons["input"] == 240 and cons["sinks_total"] > 0 and cons["removed"]["filter (en)"]
+    assert cons["holds"] and cons["input"] == 80 and cons["sinks_total"] > 0 and cons["removed"]["filter (en)"]
+    assert cons["input"] == cons["outputs_total"] + cons["removed_total"] + cons["sinks_total"]
     out = r.stdout + r.stderr
-    assert "documents: 240 in = " in out and "✓" in out
+    assert "documents: 80 in = " in out and "✓" in out
     assert _clusters_left(tmp_path / "clusters") == []

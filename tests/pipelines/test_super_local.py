@@ -1,11 +1,14 @@
 """The whole super pipeline on a small sample, on this machine: kfp.local, a local Ray head per stage,
-from a folder of JSONL.gz files whose text is in a `text` field (ingest first, text_column=text),
-per-language branches, one tokenizer for every branch, every document accounted for, and local
-fine-tuning on the Megatron token output (which megatron-core reads)."""
+from a folder of JSONL.gz files whose text is in a `text` field and a WARC file of web pages (ingest
+first, each file by its extension; text_column=text), per-language branches, one tokenizer for every
+branch, every document accounted for, and local fine-tuning on the Megatron token output (which
+megatron-core reads). The one multi-minute run of the suite: other pipeline runs use a few stages."""
 
 from __future__ import annotations
 
 import gzip
+import html
+import io
 import json
 import os
 import subprocess
@@ -17,17 +20,34 @@ import pyarrow.parquet as pq
 import pytest
 
 
-def jsonl_sample(root: Path, docs: int) -> Path:
-    """The bundled sample's documents as users have them: JSONL.gz, the text in `text`."""
+def _texts(root: Path, docs: int, files: int, seed: int) -> list[list[str]]:
+    """The bundled sample's texts, per file."""
     from prepline.sample import build_sample
 
-    build_sample(str(root / "parquet"), docs=docs, files=3)
-    out = root / "jsonl"
+    build_sample(str(root), docs=docs, files=files, seed=seed)
+    return [pq.read_table(f, columns=["contents"]).column("contents").to_pylist() for f in sorted(root.glob("*.parquet"))]
+
+
+def mixed_input(root: Path, jsonl_docs: int, warc_docs: int) -> Path:
+    """Documents as users have them: JSONL.gz (the text in `text`) and a WARC file of web pages."""
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    out = root / "raw"
     out.mkdir()
-    for i, f in enumerate(sorted((root / "parquet").glob("*.parquet"))):
+    for i, texts in enumerate(_texts(root / "jsonl_sample", jsonl_docs, 3, 42)):
         with gzip.open(out / f"part-{i}.jsonl.gz", "wt", encoding="utf-8") as w:
-            for t in pq.read_table(f, columns=["contents"]).column("contents").to_pylist():
+            for t in texts:
                 w.write(json.dumps({"text": t, "url": f"https://example.org/{i}"}, ensure_ascii=False) + "\n")
+    with open(out / "crawl-0.warc.gz", "wb") as fh:
+        w = WARCWriter(fh, gzip=True)
+        for j, t in enumerate(_texts(root / "warc_sample", warc_docs, 1, 7)[0]):
+            body = (f"<html><head><meta charset='utf-8'><title>page {j}</title></head><body><nav><a href='/'>Home</a></nav>"
+                    f"<main><article>{''.join(f'<p>{html.escape(p)}</p>' for p in t.splitlines() if p.strip())}</article></main>"
+                    "</body></html>").encode()
+            headers = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8")], protocol="HTTP/1.1")
+            w.write_record(w.create_warc_record(f"https://example.org/page/{j}", "response", payload=io.BytesIO(body),
+                                                http_headers=headers))
     return out
 
 
@@ -36,7 +56,7 @@ def jsonl_sample(root: Path, docs: int) -> Path:
 @pytest.mark.integration
 def test_super_pipeline_end_to_end(tmp_path):
     env = dict(os.environ, PREPLINE_LOCAL_CLUSTERS=str(tmp_path / "clusters"), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
-    src = jsonl_sample(tmp_path, 600)
+    src = mixed_input(tmp_path, 550, 50)
     train = {"steps": 8, "seq_len": 64, "batch_size": 4, "checkpoint_every": 0}  # merged into the spec's (no mixed_tokenizers)
     r = subprocess.run(
         [sys.executable, "-m", "prepline.cli", "pipeline", "run", "super", "--local", "--work-root", str(tmp_path / "w"),
@@ -49,10 +69,11 @@ def test_super_pipeline_end_to_end(tmp_path):
     (run,) = [p for p in stages.iterdir() if p.is_dir()]
     meta = {str(p.parent.relative_to(run)): json.loads(p.read_text()) for p in run.rglob("metadata.json") if "_prepline" not in p.parts}
     plan = json.loads((run / "plan.json").read_text())
-    assert plan["input"] == {"path": str(src), "format": "jsonl", "ingest": True} and plan["text_column"] == "text"
+    assert plan["input"] == {"path": str(src), "format": "mixed", "ingest": True} and plan["text_column"] == "text"
     for s in ("ingest", "doc_id", "exact_dedup", "fuzzy_dedup", "lang_id"):
         assert meta[s]["status"] == "success", s
     assert meta["ingest"]["totals"]["docs_in"] == 600 and meta["doc_id"]["parameters"]["content_column"] == "text"
+    assert {f.split("/")[-1] for f in meta["ingest"]["files"]} >= {"crawl-0.warc.gz", "part-0.jsonl.gz"}  # each by its extension
     for lang in ("en", "ja"):
         for s in ("doc_quality", "pii_redactor", "filter", "tokenization"):
             m = meta[f"lang={lang}/{s}"]
