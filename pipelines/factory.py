@@ -171,23 +171,15 @@ def wire(spec: PipelineSpec, a: dict, stage, run_id) -> None:
                     prev = stage(s, lang).set_display_name(s).after(prev)
             last = prev  # after() on a task of a loop waits for every iteration
     check = _step(check_documents(work_root=a["work_root"], run_id=run_id), "check_documents", launcher).after(last)
-    last = _with_s3_secret(check, a["s3_secret_name"])
+    _with_s3_secret(check, a["s3_secret_name"])
     if spec.train:
         ft = fine_tune(
             mode=a["train_mode"], work_root=a["work_root"], run_id=run_id, languages=a["languages"],
             train_languages=a["train_languages"], train_params_json=a["train_params_json"], trainjob_json=a["trainjob_json"],
             s3_secret_name=a["s3_secret_name"], timeout_seconds=a["train_timeout_seconds"], trainer_image=a["trainer_image"],
             defaults_json=json.dumps(spec.train_params, sort_keys=True),
-        ).after(last)
-        last = _with_s3_secret(_step(ft, "fine_tune", a["trainer_image"]), a["s3_secret_name"])
-    final_steps(spec, a, last, run_id)
-
-
-def final_steps(spec: PipelineSpec, a: dict, last, run_id):
-    """Steps after the last one of every spec pipeline (after fine_tune, or check_documents when it
-    does not train): the place for a closing step such as a run report (``.after(last)``).
-    Returns the pipeline's last task."""
-    return last
+        ).after(check)
+        _with_s3_secret(_step(ft, "fine_tune", a["trainer_image"]), a["s3_secret_name"])
 
 
 def spec_pipeline(spec: PipelineSpec, images: ImageSet = DEFAULT_IMAGES):
