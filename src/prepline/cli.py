@@ -271,6 +271,8 @@ def cmd_compile(argv: list[str]) -> int:
     ap.add_argument("--registry", default=images.REGISTRY, help=f"image registry/prefix of the runtime images (default {images.REGISTRY})")
     ap.add_argument("--tag", default=images.VERSION, help=f"image tag (default {images.VERSION})")
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 when a generated file is stale")
+    ap.add_argument("--builtins-only", action="store_true",
+                    help="leave installed plug-in transforms out (what the repository's compiled/ and elyra_templates/ hold)")
     a = ap.parse_args(argv)
     from pathlib import Path
 
@@ -278,8 +280,11 @@ def cmd_compile(argv: list[str]) -> int:
     from prepline.kfp.compile import sync_compiled
 
     image_set = images.ImageSet(a.registry, a.tag)
-    diffs = sync_compiled(Path(a.output), check=a.check, images=image_set)
-    diffs += [f"elyra {d}" for d in sync_elyra(Path(a.elyra_output), check=a.check, images=image_set)]
+    plugins = not a.builtins_only
+    diffs = sync_compiled(Path(a.output), check=a.check, images=image_set, plugins=plugins)
+    diffs += [f"elyra {d}" for d in sync_elyra(Path(a.elyra_output), check=a.check, images=image_set, plugins=plugins)]
+    if plugins and (found := sorted(set(registry.names()) - set(registry.builtin_names()))):
+        print("plug-ins included: " + ", ".join(f"{n} ({registry.origin(n).distribution})" for n in found))
     for d in diffs:
         print(d)
     if a.check and diffs:

@@ -224,11 +224,13 @@ def generate(images: ImageSet = DEFAULT_IMAGES) -> dict[str, str]:
     return files
 
 
-def sync(target: Path, check: bool = False, images: ImageSet = DEFAULT_IMAGES) -> list[str]:
+def sync(target: Path, check: bool = False, images: ImageSet = DEFAULT_IMAGES, plugins: bool = False) -> list[str]:
     """Compare the generated files of ``target`` (*.yaml under the catalog folder and *.pipeline)
-    with :func:`generate`; unless ``check``, write the differences. Returns them."""
-    return sync_tree(write_files(generate(images)), target, [f"{CATALOG_SUBDIR}/*.yaml", "*.pipeline"], check=check)
-
+    with :func:`generate`; unless ``check``, write the differences. Returns them. The repository's
+    elyra_templates/ hold the built-ins only; ``plugins`` adds a catalog entry per installed plug-in."""
+    with registry.scope(plugins):
+        files = generate(images)
+    return sync_tree(write_files(files), target, [f"{CATALOG_SUBDIR}/*.yaml", "*.pipeline"], check=check)
 
 
 if __name__ == "__main__":
