@@ -49,7 +49,7 @@ class DocId(Transform):
         return [c for c in (self.config.hash_column, self.config.id_column) if c]
 
     def phases(self) -> list[Phase]:
-        return [Phase("count", "files", "count_rows")] if self.config.id_column else []
+        return [Phase("count", "files", "count_rows", on_driver=True)] if self.config.id_column else []
 
     def count_rows(self, task: FileTask, ctx) -> dict:
         if task.size == 0:

@@ -4,6 +4,7 @@ the docs are all generated from it."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 
 from prepline.errors import ConfigError
@@ -42,7 +43,15 @@ def names() -> list[str]:
 
 
 def get(name: str) -> type[Transform]:
-    _load()
+    """The transform ``name``. Its module (same name) is imported alone when it exists, so a run
+    pays for its own transform's imports only (the process start of every stage and worker)."""
+    if name not in _REGISTRY and name.isidentifier() and not name.startswith("_"):
+        import prepline.transforms as pkg
+
+        if importlib.util.find_spec(f"{pkg.__name__}.{name}") is not None:
+            importlib.import_module(f"{pkg.__name__}.{name}")
+    if name not in _REGISTRY:
+        _load()
     try:
         return _REGISTRY[name]
     except KeyError:
