@@ -2,8 +2,10 @@
 a pool of N - 1 processes.
 
 No start-up tax: the driver's own worker (a thread of the driver's process) takes the first
-(largest) task at once, while the pool's processes start and import; a phase with one task never
-starts the pool. The pool lives for the whole run (all phases): each worker process keeps one
+(largest) task at once, while the pool's processes start and import; once it has nothing left to
+do, it takes back the tasks handed to the pool that no pool process has started yet (a claim file
+per task decides who runs it), so a short phase never waits for a process to start. A phase with
+one task never starts the pool. The pool lives for the whole run (all phases): each worker process keeps one
 :class:`~prepline.worker.Worker` per phase spec, so models load once per process.
 """
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import shutil
+import tempfile
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -52,6 +56,23 @@ def _run(spec: WorkerSpec, task) -> dict:
     if _current is None or _current[0] != spec:  # one phase at a time: a new phase, a new Worker
         _current = (spec, Worker(spec))
     return _current[1].run(task)
+
+
+def _claim(token: str) -> bool:
+    """Take a task's claim file: True for the one process that creates it first. A removed claims
+    folder (the phase is over) counts as taken."""
+    try:
+        os.close(os.open(token, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        return True
+    except (FileExistsError, FileNotFoundError):
+        return False
+
+
+def _run_claimed(spec: WorkerSpec, task, token: str) -> dict:
+    """A pool task: run it unless the driver took it back while this process was starting."""
+    if not _claim(token):
+        return {"taken_back": True}  # never read: the driver reports the task's own result
+    return _run(spec, task)
 
 
 class _Done:
@@ -131,15 +152,22 @@ class _Pool:
         self.capacity = executor.pool_size
         self._generation: dict[Future, int] = {}
 
-    def submit(self, task) -> Future:
-        fut = self.ex._get_pool().submit(_run, self.spec, task)
+    def submit(self, task, token: str) -> Future:
+        try:
+            fut = self.ex._get_pool().submit(_run_claimed, self.spec, task, token)
+        except BrokenProcessPool:  # broken under tasks the driver took back (their results are never read)
+            self.ex.close()
+            fut = self.ex._get_pool().submit(_run_claimed, self.spec, task, token)
         self._generation[fut] = self.ex._pool_generation
+        self.ex._wanted.add(fut)
         return fut
 
-    def wait(self, handles: list) -> list:
-        return list(wait(handles, return_when=FIRST_COMPLETED)[0])
+    def forget(self, fut: Future) -> None:
+        self._generation.pop(fut, None)
+        self.ex._wanted.discard(fut)
 
     def result(self, fut: Future) -> dict:
+        self.ex._wanted.discard(fut)
         gen = self._generation.pop(fut)
         try:
             return fut.result()
@@ -148,17 +176,27 @@ class _Pool:
                 self.ex.close()
             raise WorkerLost(f"worker process died ({type(e).__name__})") from None
 
-    def cancel(self, handles: list) -> None:
-        for f in handles:
-            f.cancel()
-
     def wait_for_worker(self) -> None:  # a broken pool is rebuilt at once: capacity never drops
         raise RuntimeError("the process pool always has workers")
 
 
+class _Handle:
+    """A running task: on the driver, or in the pool (with its claim file) until the driver takes it back."""
+
+    __slots__ = ("task", "pool_future", "token", "current")
+
+    def __init__(self, task, current: Future, pool_future: Future | None = None, token: str | None = None):
+        self.task, self.current, self.pool_future, self.token = task, current, pool_future, token
+
+    @property
+    def on_driver(self) -> bool:
+        return self.current is not self.pool_future
+
+
 class _DriverAndPool:
     """N workers: the driver's worker and a pool of N - 1 processes. The driver's slot is filled
-    first, so the first task starts at once while the pool's processes are still starting."""
+    first, so the first task starts at once while the pool's processes are still starting; an idle
+    driver takes back a pool task that has not started."""
 
     lost_fix = _Pool.lost_fix
 
@@ -166,32 +204,58 @@ class _DriverAndPool:
         self.pool = _Pool(executor, spec)
         self.capacity = executor.workers
         self._driver = _DriverWorker(spec)
-        self._on_driver: Future | None = None
+        self._driver_busy = False
+        self._claims = tempfile.mkdtemp(prefix="prepline-claims-")
+        self._serial = 0
 
-    def submit(self, task) -> Future:
-        if self._on_driver is None:
-            self._on_driver = self._driver.submit(task)
-            return self._on_driver
-        return self.pool.submit(task)
+    def _on_driver(self, task) -> Future:
+        self._driver_busy = True
+        return self._driver.submit(task)
 
-    def wait(self, handles: list) -> list:
-        return list(wait(handles, return_when=FIRST_COMPLETED)[0])
+    def submit(self, task) -> _Handle:
+        if not self._driver_busy:
+            return _Handle(task, self._on_driver(task))
+        self._serial += 1
+        token = os.path.join(self._claims, str(self._serial))
+        fut = self.pool.submit(task, token)
+        return _Handle(task, fut, fut, token)
 
-    def result(self, fut: Future) -> dict:
-        if fut is self._on_driver:
-            self._on_driver = None
-            return fut.result()
-        return self.pool.result(fut)
+    def _take_back(self, handles: list[_Handle]) -> None:
+        """The idle driver runs a pool task that no pool process has claimed yet (the latest first)."""
+        for h in reversed(handles):
+            if h.token is None or h.on_driver or h.current.done():
+                continue
+            if _claim(h.token):
+                h.current = self._on_driver(h.task)
+                return
+            h.token = None  # a pool process has it
 
-    def cancel(self, handles: list) -> None:
-        for f in handles:
-            f.cancel()
+    def wait(self, handles: list[_Handle]) -> list[_Handle]:
+        if not self._driver_busy:
+            self._take_back(handles)
+        by_future = {h.current: h for h in handles}
+        return [by_future[f] for f in wait(list(by_future), return_when=FIRST_COMPLETED)[0]]
+
+    def result(self, h: _Handle) -> dict:
+        if h.on_driver:
+            self._driver_busy = False
+            if h.pool_future is not None:
+                self.pool.forget(h.pool_future)  # its pool copy ends without running it
+            return h.current.result()
+        return self.pool.result(h.current)
+
+    def cancel(self, handles: list[_Handle]) -> None:
+        for h in handles:
+            h.current.cancel()
+            if h.pool_future is not None:
+                h.pool_future.cancel()
 
     def wait_for_worker(self) -> None:
         self.pool.wait_for_worker()
 
     def close(self) -> None:
         self._driver.close()
+        shutil.rmtree(self._claims, ignore_errors=True)
 
 
 class LocalExecutor:
@@ -203,6 +267,8 @@ class LocalExecutor:
         self.stats: dict = {"retried": 0}
         self._pool: ProcessPoolExecutor | None = None
         self._pool_generation = 0
+        #: pool tasks whose results are still to be read (not taken back by the driver)
+        self._wanted: set[Future] = set()
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -229,6 +295,12 @@ class LocalExecutor:
             self._pool = None
 
     def close(self) -> None:
+        """Stop the pool: wait for the tasks it still runs; processes with nothing wanted from them
+        (idle, or still starting up) are killed rather than waited for."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+            if any(not f.done() for f in self._wanted):
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool = None
+            else:
+                self.abort()
+        self._wanted.clear()
