@@ -16,11 +16,9 @@ import sys
 import time
 from dataclasses import replace
 
-from prepline import registry
 from prepline.stage_params import check_overrides
 from prepline.clusters import ClusterSpec, NodeGroup, cluster_name, get_provider
 from prepline.clusters.base import LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE
-from prepline.data_access import open_location
 from prepline.errors import ConfigError, PreplineError, RunFailed
 
 log = logging.getLogger("prepline")
@@ -95,6 +93,8 @@ def prepare(
         raise ConfigError("work_root is empty", "pass the folder or s3:// URI where stage outputs go")
     check_overrides(overrides_json)  # every stage's, so that a bad one fails in the first step
     params = {**_json("params_json", params_json, {}), **stage_overrides(overrides_json, stage)[0]}
+    from prepline import registry  # here, not at the top: start and stop (every stage's overhead) never import the transforms
+
     cfg = registry.get(transform).Config.from_params(params)  # a bad parameter fails here
     cluster_json = _merged_cluster(cluster_json, overrides_json, stage)
     data_run = run_id_override or run_id
@@ -234,6 +234,8 @@ def execute(
 
 def check_output(output_path: str, max_failed_files: int, stage: str = "") -> dict:
     """Never trust a job's word: read its metadata.json and fail on failed files or broken counts."""
+    from prepline.data_access import open_location
+
     loc = open_location(output_path)
     txt = loc.read_text("metadata.json")
     if not txt:
