@@ -19,6 +19,7 @@ from dataclasses import replace
 from prepline.stage_params import check_overrides
 from prepline.clusters import ClusterSpec, NodeGroup, cluster_name, get_provider
 from prepline.clusters.base import LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE
+from prepline.clusters.http import Unavailable
 from prepline.errors import ConfigError, PreplineError, RunFailed
 
 log = logging.getLogger("prepline")
@@ -219,8 +220,7 @@ def execute(
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     p = _provider(provider, provider_json)
     cmd = entrypoint(transform, config_json, input_path, output_path, workers, max_failed_files)
-    jobs = p.job_client(spec.name, spec.namespace)
-    job_id = jobs.submit(cmd)
+    jobs, job_id = _submit(p, spec, cmd)
     print(f"[prepline] {stage}{'/' + branch if branch else ''}: job {job_id} on {spec.name}: {cmd}", file=out, flush=True)
 
     def too_long() -> RunFailed:
@@ -230,6 +230,28 @@ def execute(
     if info.status != "SUCCEEDED":
         raise RunFailed(f"{stage}: Ray job {job_id} {info.status}: {info.message or 'see the log above'}", "see the job log above")
     return check_output(output_path, max_failed_files, stage)
+
+
+#: times a stage's head that stopped answering before its job started is brought back (recover)
+HEAD_RECOVERIES = 2
+
+
+def _submit(p, spec: ClusterSpec, cmd: str, timeout: float = 900):
+    """Submit the stage's job. A head that no longer answers at submission (it died, e.g. its
+    dashboard crashed on a loaded machine) is brought back by the provider and the job submitted
+    again: nothing of it ran yet, so that is safe. A head lost while the job runs fails the step
+    (the rerun resumes)."""
+    recoveries = 0
+    while True:
+        jobs = p.job_client(spec.name, spec.namespace)
+        try:
+            return jobs, jobs.submit(cmd)
+        except Unavailable as e:
+            recoveries += 1
+            if recoveries > HEAD_RECOVERIES:
+                raise
+            log.warning("cluster %s: the Ray head did not answer (%s); bringing it back", spec.name, e.message.splitlines()[0][:200])
+            p.recover(spec.name, spec.namespace, timeout)
 
 
 def check_output(output_path: str, max_failed_files: int, stage: str = "") -> dict:
