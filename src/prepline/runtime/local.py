@@ -205,12 +205,14 @@ class _DriverAndPool:
         self.capacity = executor.workers
         self._driver = _DriverWorker(spec)
         self._driver_busy = False
+        self._driver_task: Future | None = None
         self._claims = tempfile.mkdtemp(prefix="prepline-claims-")
         self._serial = 0
 
     def _on_driver(self, task) -> Future:
         self._driver_busy = True
-        return self._driver.submit(task)
+        self._driver_task = self._driver.submit(task)
+        return self._driver_task
 
     def submit(self, task) -> _Handle:
         if not self._driver_busy:
@@ -253,8 +255,11 @@ class _DriverAndPool:
     def wait_for_worker(self) -> None:
         self.pool.wait_for_worker()
 
-    def close(self) -> None:
+    def close(self, wait_for_task: bool = True) -> None:
+        """Stop the driver's worker: after its task (a run stopped by a failure), or at once (a signal)."""
         self._driver.close()
+        if wait_for_task and self._driver_task is not None:
+            wait([self._driver_task])
         shutil.rmtree(self._claims, ignore_errors=True)
 
 
@@ -283,9 +288,12 @@ class LocalExecutor:
             return dispatch(_Inline(spec), tasks, on_result, self.task_retries, self.stats)
         backend = _DriverAndPool(self, spec)
         try:
-            return dispatch(backend, tasks, on_result, self.task_retries, self.stats)
-        finally:
-            backend.close()
+            ok = dispatch(backend, tasks, on_result, self.task_retries, self.stats)
+        except BaseException:
+            backend.close(wait_for_task=False)
+            raise
+        backend.close()
+        return ok
 
     def abort(self) -> None:
         if self._pool is not None:
