@@ -56,6 +56,10 @@ class IngestConfig(TransformConfig):
             raise ConfigError("text_column and text_field must not be empty", "name the columns, e.g. --text-column contents")
 
 
+#: one encoder for every record (json.dumps with options builds a new one per call)
+_JSON = json.JSONEncoder(ensure_ascii=False, default=str, sort_keys=True)
+
+
 class _Batch:
     """Rows of one batch, column by column."""
 
@@ -68,7 +72,7 @@ class _Batch:
         c["source_id"].append(source_id)
         c["url"].append(None if url is None else str(url))
         c["date"].append(None if date is None else str(date))
-        c["metadata"].append(json.dumps(meta, ensure_ascii=False, default=str, sort_keys=True) if meta else None)
+        c["metadata"].append(_JSON.encode(meta) if meta else None)
         c[ERROR].append(error)
 
     def __len__(self) -> int:

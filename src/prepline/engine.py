@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -144,8 +144,9 @@ def _run_phases(run: _Run, progress: ProgressFactory | None) -> None:
     executor: Executor | None = None
     try:
         executor = make_executor(run.options)
+        on_driver = make_executor(replace(run.options, runtime="local", workers=1))
         for phase in run.transform.phases() + [Phase(FINAL, "files", "transform")]:
-            if not _run_phase(run, phase, executor, progress):
+            if not _run_phase(run, phase, on_driver if phase.on_driver else executor, progress):
                 return
         run.complete = True
     except BaseException as e:  # noqa: BLE001 - recorded in metadata.json, raised again by _conclude
@@ -288,7 +289,8 @@ def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFa
     if bar:
         bar.close()
     run.phases[phase.name] = {"tasks": len(items), "resumed": len(items) - len(pending), "retried": executor.stats.get("retried", 0) - retried,
-                              "seconds": round(time.perf_counter() - t0, 3), "workers": executor.workers}
+                              "seconds": round(time.perf_counter() - t0, 3), "workers": executor.workers,
+                              **({"on_driver": True} if phase.on_driver else {})}
     return ok and not run.too_many_failures
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import pkgutil
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -176,7 +177,16 @@ def origin(name: str) -> Plugin | None:
 
 
 def get(name: str) -> type[Transform]:
-    _load_builtins()
+    """The transform ``name``. A built-in's module (same name) is imported alone when it exists, so a
+    run pays for its own transform's imports only (the process start of every stage and worker);
+    plug-ins load only for a name that is not a built-in."""
+    if name not in _REGISTRY and name.isidentifier() and not name.startswith("_"):
+        import prepline.transforms as pkg
+
+        if importlib.util.find_spec(f"{pkg.__name__}.{name}") is not None:
+            importlib.import_module(f"{pkg.__name__}.{name}")
+    if name not in _REGISTRY:
+        _load_builtins()
     if name not in _REGISTRY:
         _load_plugins()
     if name in _REGISTRY and (_PLUGINS_ON.get() or name not in _ORIGIN):

@@ -16,12 +16,10 @@ import sys
 import time
 from dataclasses import replace
 
-from prepline import registry
 from prepline.stage_params import check_overrides, deep_merge
 from prepline.clusters import ClusterSpec, NodeGroup, cluster_name, get_provider
 from prepline.clusters.base import LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE
 from prepline.clusters.http import Unavailable
-from prepline.data_access import open_location
 from prepline.errors import ConfigError, PreplineError, RunFailed
 
 log = logging.getLogger("prepline")
@@ -117,6 +115,8 @@ def prepare(
         cluster_json = _merged_cluster(cluster_json, overrides_json, stage, branch)
         src = _input(work_root, data_run, stage, branch, input_path, input_stage, input_from_split)
     params = run_refs(params, work_root, data_run)
+    from prepline import registry  # here, not at the top: start and stop (every stage's overhead) never import the transforms
+
     cfg = registry.get(transform).Config.from_params(params)  # a bad parameter fails here
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     return {
@@ -300,6 +300,8 @@ def _submit(p, spec: ClusterSpec, cmd: str, timeout: float = 900):
 
 def check_output(output_path: str, max_failed_files: int, stage: str = "") -> dict:
     """Never trust a job's word: read its metadata.json and fail on failed files or broken counts."""
+    from prepline.data_access import open_location
+
     loc = open_location(output_path)
     txt = loc.read_text("metadata.json")
     if not txt:

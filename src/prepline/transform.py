@@ -100,6 +100,9 @@ class Phase:
     name: str
     over: Literal["files", "shards", "once"]
     method: str
+    #: cheap tasks (e.g. reading Parquet footers): the driver runs them itself, in its own process,
+    #: on any runtime; starting workers for them would cost more than the work
+    on_driver: bool = False
 
 
 @dataclass

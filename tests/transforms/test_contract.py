@@ -140,7 +140,7 @@ def test_same_bytes_for_one_and_two_workers(name, corpus, tmp_path):
 def test_same_bytes_on_the_ray_runtime(name, corpus, tmp_path, ray_session):
     ref = reference(name, corpus)
     meta = run_again(name, corpus, tmp_path / "ray", runtime="ray", workers=2)
-    assert {p["workers"] for p in meta["phases"].values()} == {2}
+    assert {p["workers"] for p in meta["phases"].values() if not p.get("on_driver")} == {2}  # footer reads run on the driver
     same_result(ref, tmp_path / "ray", meta)
 
 

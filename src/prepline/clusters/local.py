@@ -35,6 +35,12 @@ from prepline.metadata import now_iso
 _log = logging.getLogger("prepline")
 
 
+#: seconds a local head's processes get to exit on SIGTERM before SIGKILL
+STOP_GRACE_S = 0.5
+#: seconds between readiness probes of a starting head
+READY_POLL_S = 0.1
+
+
 def state_dir() -> Path:
     d = Path(os.environ.get("PREPLINE_LOCAL_CLUSTERS") or Path.home() / ".cache" / "prepline" / "clusters")
     d.mkdir(parents=True, exist_ok=True)
@@ -190,7 +196,7 @@ class LocalProvider(ClusterProvider):
                     return self._info(st, "ready")
             except (urllib.error.URLError, OSError, ConnectionError):
                 pass
-            time.sleep(0.5)
+            time.sleep(READY_POLL_S)
         raise ClusterError(f"local Ray head {name} not ready after {timeout or self.start_timeout:.0f}s", f"see {st['log']}")
 
     def recover(self, name: str, namespace: str = "default", timeout: float | None = None) -> ClusterInfo:
@@ -217,14 +223,17 @@ class LocalProvider(ClusterProvider):
     def _cleanup(self, st: dict) -> None:
         pids = _members(st)
         if pids:
+            # Ray's services (GCS, raylet, dashboard) exit within ~0.05 s of SIGTERM; what lingers is
+            # `ray start --block` itself (~3 s of its own shutdown) and the log monitor: the cluster and
+            # its temp dir are thrown away, so they get SIGKILL after a short grace
             _kill(pids, signal.SIGTERM)
-            deadline = time.time() + 2
+            deadline = time.time() + STOP_GRACE_S
             while _members(st) and time.time() < deadline:
-                time.sleep(0.2)
+                time.sleep(0.05)
             _kill(_members(st), signal.SIGKILL)
             deadline = time.time() + 5
             while _members(st) and time.time() < deadline:
-                time.sleep(0.1)
+                time.sleep(0.05)
         left = _members(st)
         if left:
             raise ClusterError(f"could not stop local Ray cluster {st['name']} (processes {left})", f"kill -9 {' '.join(map(str, left))}")
