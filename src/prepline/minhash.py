@@ -39,6 +39,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prepline.hashing import SPACES, utf8_bytes
+
 __all__ = [
     "Shingles",
     "shingle",
@@ -92,19 +94,6 @@ def permutations(num: int) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def _bytes_of(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(uint8 bytes, int64 offsets rebased to 0) of a string array (nulls count as empty)."""
-    arr = arr.cast(pa.large_string())
-    n = len(arr)
-    if arr.null_count:
-        arr = pc.fill_null(arr, "")
-    _, off_buf, data_buf = arr.buffers()
-    offsets = np.frombuffer(off_buf, dtype=np.int64, count=n + 1, offset=arr.offset * 8)
-    lo, hi = int(offsets[0]), int(offsets[-1])
-    data = np.frombuffer(data_buf, dtype=np.uint8, count=hi - lo, offset=lo) if hi > lo else np.zeros(0, np.uint8)
-    return data, offsets - lo
-
-
 _CON = None
 
 
@@ -143,9 +132,7 @@ def _word_units(low: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 # the UTF-8 bytes of the Unicode white-space characters (as Python's str.isspace), packed
 # little-endian into one integer as _char_units packs every character
-_WS_CHARS = [chr(c) for c in (*range(9, 14), *range(28, 33), 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
-                              0x2028, 0x2029, 0x202F, 0x205F, 0x3000)]
-_WS_CODES = np.array(sorted(int.from_bytes(c.encode(), "little") for c in _WS_CHARS), dtype=np.uint64)
+_WS_CODES = np.array(sorted(int.from_bytes(c.encode(), "little") for c in SPACES), dtype=np.uint64)
 _SPACE = _U64(32)
 _ASCII_WS = np.zeros(256, dtype=bool)
 _ASCII_WS[[*range(9, 14), *range(28, 33)]] = True
@@ -155,7 +142,7 @@ def _char_units(low: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """The characters of lower-cased text, white-space runs collapsed to one space and trimmed.
 
     Each character is its UTF-8 bytes packed into an integer (unique per character)."""
-    data, offsets = _bytes_of(low)
+    data, offsets = utf8_bytes(low)
     n = len(offsets) - 1
     if len(data) == 0:
         return np.zeros(0, dtype=np.uint64), np.zeros(n + 1, dtype=np.int64)
@@ -259,7 +246,7 @@ def unsegmented_share(text: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if isinstance(text, pa.ChunkedArray):
         text = text.combine_chunks() if text.num_chunks != 1 else text.chunk(0)
     n = len(text)
-    data, offsets = _bytes_of(text)
+    data, offsets = utf8_bytes(text)
     out = np.zeros(n, dtype=np.float64)
     lead = np.flatnonzero(data >= 0xE0)
     if len(lead) == 0:
