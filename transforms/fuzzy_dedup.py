@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -46,7 +47,7 @@ from prepline.errors import ConfigError, InputError
 from prepline.graph import connected_components
 from prepline.registry import register
 from prepline.sharded import parquet_files, read_all, read_partition, read_range, shard_of_ids, shard_of_keys, write_partitioned
-from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform
+from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform, require_unique_ids
 
 REASON = "near_duplicate"
 REASON_UNIQUE = "not_near_duplicate"
@@ -276,36 +277,33 @@ class FuzzyDedup(Transform):
     def _shingles(self, text: pa.Array):
         return minhash.shingle(text, self.config.shingle_size, self.config.shingle_type)
 
-    def _read(self, task: FileTask, ctx) -> tuple[pa.ChunkedArray, np.ndarray]:
+    def _stream(self, task: FileTask, ctx) -> Iterator[tuple[pa.ChunkedArray, np.ndarray]]:
+        """The file's (text, ids), one bounded batch at a time (memory does not follow the file
+        size); the ids are checked unique over the whole file once it has been read."""
         c = self.config
-        table = ctx.read_input(task, self, [c.content_column, c.id_column])
-        ids = table.column(c.id_column).to_numpy()
-        if len(ids) > 1:
-            s = np.sort(ids)
-            dup = s[1:][s[1:] == s[:-1]]
-            if len(dup):
-                raise InputError(
-                    f"{task.path}: id column '{c.id_column}' is not unique (e.g. id {int(dup[0])} appears more than once)",
-                    "run doc_id first (it numbers every document), or set id_column to a unique int64 column",
-                )
-        return table.column(c.content_column), ids
+        seen = []
+        for table in ctx.iter_input(task, self, [c.content_column, c.id_column]):
+            seen.append(table.column(c.id_column).to_numpy())
+            yield table.column(c.content_column), seen[-1]
+        require_unique_ids(np.concatenate(seen), task.path, c.id_column)
 
     # -- phase 1: signatures ---------------------------------------------------------------
     def signature_file(self, task: FileTask, ctx) -> dict:
         c = self.config
-        text, ids = self._read(task, ctx)
-        keys, kid = [], []
-        for lo, hi in self._batches(text):
-            sh = self._shingles(text.slice(lo, hi - lo))
-            sig, docs = minhash.signatures(sh, self.perms)
-            keys.append(minhash.band_keys(sig, self.bands, self.rows).ravel())
-            kid.append(np.repeat(ids[lo:hi][docs], self.bands))
+        keys, kid, docs_in = [], [], 0
+        for text, ids in self._stream(task, ctx):
+            docs_in += len(ids)
+            for lo, hi in self._batches(text):
+                sh = self._shingles(text.slice(lo, hi - lo))
+                sig, docs = minhash.signatures(sh, self.perms)
+                keys.append(minhash.band_keys(sig, self.bands, self.rows).ravel())
+                kid.append(np.repeat(ids[lo:hi][docs], self.bands))
         key = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
         kid = np.concatenate(kid) if kid else np.zeros(0, np.int64)
+        del keys
         t = pa.table({"key": pa.array(key, pa.uint64()), "id": pa.array(kid, pa.int64())})
         write_partitioned(ctx.work, f"bands/{task.rel}.arrow", t, shard_of_keys(key, c.num_shards))
-        with_sig = len(key) // self.bands
-        return {"docs": len(ids), "empty": len(ids) - with_sig}
+        return {"docs": docs_in, "empty": docs_in - len(key) // self.bands}
 
     # -- phase 2: buckets ------------------------------------------------------------------
     def bucket_shard(self, shard: int, ctx) -> dict:
@@ -314,8 +312,11 @@ class FuzzyDedup(Transform):
         if t is None:
             return {"rows": 0, "buckets": 0, "pairs": 0}
         key, ids = t.column("key").to_numpy(), t.column("id").to_numpy()
+        del t  # the shard's rows are the largest state of the stage (16 bytes per document and band / num_shards)
         order = np.lexsort((ids, key))
-        key, ids = key[order], ids[order]
+        key = key[order]
+        ids = ids[order]
+        del order
         same = (key[1:] == key[:-1]) & (ids[1:] == ids[:-1])
         if same.any():
             raise InputError(
@@ -349,34 +350,39 @@ class FuzzyDedup(Transform):
                 parts.append(t.column("id").to_numpy())
         if not parts:
             return {"docs": 0}
-        rows = np.flatnonzero(np.isin(ids, np.unique(np.concatenate(parts))))
-        if len(rows) == 0:
+        need = np.unique(np.concatenate(parts))
+        kept, counts, values = [], [], []
+        for text, ids in self._stream(task, ctx):  # only the candidates' text is kept, as shingle sets
+            rows = np.flatnonzero(np.isin(ids, need))
+            if len(rows) == 0:
+                continue
+            kept.append(ids[rows])
+            text = text.take(pa.array(rows))
+            for blo, bhi in self._batches(text):  # bounded temporaries, as in signatures
+                n_batch = bhi - blo
+                sh = self._shingles(text.slice(blo, n_batch))
+                if c.verify == "jaccard":  # the sorted, distinct shingle hashes of each document
+                    doc = np.repeat(np.arange(n_batch, dtype=np.uint64), sh.counts)
+                    u = (doc << np.uint64(32)) | sh.hashes
+                    u.sort()
+                    u = u[np.r_[True, u[1:] != u[:-1]]]
+                    counts.append(np.bincount((u >> np.uint64(32)).astype(np.int64), minlength=n_batch))
+                    values.append((u & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+                else:  # the signature (all maximum values for a document without shingles)
+                    sig, docs = minhash.signatures(sh, self.perms)
+                    full = np.full((n_batch, self.perms), np.iinfo(np.uint32).max, dtype=np.uint32)
+                    full[docs] = sig
+                    counts.append(np.full(n_batch, self.perms, dtype=np.int64))
+                    values.append(full.ravel())
+        if not kept:
             return {"docs": 0}
-        text, ids = self._read(task, ctx)
-        text = text.take(pa.array(rows))
-        ids = ids[rows]
-        counts, values = [], []
-        for blo, bhi in self._batches(text):  # bounded temporaries, as in signatures
-            sh = self._shingles(text.slice(blo, bhi - blo))
-            if c.verify == "jaccard":  # the sorted, distinct shingle hashes of each document
-                doc = np.repeat(np.arange(bhi - blo, dtype=np.uint64), sh.counts)
-                u = (doc << np.uint64(32)) | sh.hashes
-                u.sort()
-                u = u[np.r_[True, u[1:] != u[:-1]]]
-                counts.append(np.bincount((u >> np.uint64(32)).astype(np.int64), minlength=bhi - blo))
-                values.append((u & np.uint64(0xFFFFFFFF)).astype(np.uint32))
-            else:  # the signature (all maximum values for a document without shingles)
-                sig, docs = minhash.signatures(sh, self.perms)
-                full = np.full((bhi - blo, self.perms), np.iinfo(np.uint32).max, dtype=np.uint32)
-                full[docs] = sig
-                counts.append(np.full(bhi - blo, self.perms, dtype=np.int64))
-                values.append(full.ravel())
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        ids = np.concatenate(kept)
+        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(np.concatenate(counts), out=offsets[1:])
         v = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(values), pa.uint32()))
         t = pa.table({"id": pa.array(ids, pa.int64()), "v": v})
         write_partitioned(ctx.work, f"docs/{task.rel}.arrow", t, shard_of_ids(ids, c.num_shards))
-        return {"docs": len(rows)}
+        return {"docs": len(ids)}
 
     # -- phase 4: verification, a two-step join ----------------------------------------------
     @staticmethod

@@ -1,15 +1,15 @@
 """fuzzy_dedup in every script: per-document shingle units (``shingle_type=auto``) and the recall of
 planted near copies in real Japanese, Chinese, Korean and English text with default settings.
 
-The reference here is plain Python, independent of the transform: a document is shingled by
-characters when at least ``AUTO_CHAR_SHARE`` of its characters are in ``UNSEGMENTED`` (the
-documented rule), by words (``str.lower().split()``) otherwise; Jaccard similarity on Python sets.
+The reference is plain Python, independent of the transform (``prepline.sample.text.auto_shingles``):
+a document is shingled by characters when at least ``AUTO_CHAR_SHARE`` of its characters are in
+``UNSEGMENTED`` (the documented rule), by words (``str.lower().split()``) otherwise; Jaccard
+similarity on Python sets.
 """
 
 from __future__ import annotations
 
 import random
-import re
 from pathlib import Path
 
 import numpy as np
@@ -21,27 +21,14 @@ from conftest import write_parquet
 from prepline import minhash
 from prepline.engine import RunOptions, run_transform
 from prepline.graph import component_roots
+from prepline.sample.text import auto_shingles as ref_shingles
+from prepline.sample.text import by_chars, near_copy
 
 THRESHOLD = 0.75
 
 
 def read_dir(root: Path, columns: list[str]) -> pa.Table:
     return pa.concat_tables([pq.read_table(f, columns=columns) for f in sorted(Path(root).glob("*.parquet"))])
-
-
-_UNSEGMENTED = re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in minhash.UNSEGMENTED) + "]")
-
-
-def by_chars(text: str) -> bool:
-    return bool(text) and len(_UNSEGMENTED.findall(text.lower())) >= minhash.AUTO_CHAR_SHARE * len(text)
-
-
-def ref_shingles(text: str, k: int = 5) -> set:
-    if by_chars(text):
-        s = " ".join(text.lower().split())
-        return {s[i : i + k] for i in range(len(s) - k + 1)} if len(s) >= k else ({s} if s else set())
-    w = text.lower().split()
-    return {tuple(w[i : i + k]) for i in range(len(w) - k + 1)} if len(w) >= k else ({tuple(w)} if w else set())
 
 
 MIXED = [
@@ -100,30 +87,6 @@ def _originals(per_lang: int) -> dict[str, list[str]]:
     return out
 
 
-def _near_copy(text: str, target: float, pool: list[str], rng: random.Random) -> tuple[str, float]:
-    """A copy of ``text`` with as many unit replacements (a character of the document's script, or
-    a word) as keep its reference Jaccard with ``text`` at or above ``target``; and that Jaccard."""
-    chars = by_chars(text)
-    units = list(text) if chars else text.split(" ")
-    order = [i for i in range(len(units)) if not units[i].isspace()]
-    rng.shuffle(order)
-    best, ref = (text, 1.0), ref_shingles(text)
-    lo, hi = 1, len(order)
-    while lo <= hi:  # the most replacements that keep J >= target (J falls as they add up)
-        m = (lo + hi) // 2
-        edited = list(units)
-        for i in order[:m]:
-            edited[i] = rng.choice(pool)
-        cand = ("" if chars else " ").join(edited)
-        sc = ref_shingles(cand)
-        j = len(ref & sc) / len(ref | sc)
-        if j >= target:
-            best, lo = (cand, j), m + 1
-        else:
-            hi = m - 1
-    return best
-
-
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory) -> tuple[Path, list[tuple[int, int, float, str]]]:
     """Up to 50 originals in each of four languages, each with three near copies of known Jaccard in [0.75, 0.92]."""
@@ -136,7 +99,7 @@ def planted(tmp_path_factory) -> tuple[Path, list[tuple[int, int, float, str]]]:
             o = len(texts)
             texts.append(d)
             for _ in range(3):
-                copy, j = _near_copy(d, rng.uniform(THRESHOLD, 0.92), pool, rng)
+                copy, j = near_copy(d, rng.uniform(THRESHOLD, 0.92), pool, rng)
                 if j < 1.0:
                     pairs.append((o, len(texts), j, lang))
                     texts.append(copy)
