@@ -34,7 +34,7 @@ SPEC = {
     "transform": "fuzzy_dedup",
     "input": "exact_dedup",
     "params": {},
-    "variants": {"14x8 word, former default": FORMER_DEFAULT},
+    "variants": {"former default 14x8 word": FORMER_DEFAULT},
     "targets": ">= 6,000 docs/s end to end on 2 cores (--workers 2) at 200k docs; recall >= 0.98 at J >= 0.75 and "
     "precision 1.0 (accuracy mode); peak RSS growth <= 64 bytes per document from 200k to 1M docs at the same "
     "file size (--memory-sizes 200000:16,1000000:80); MinHash faster than datasketch at equal accuracy",

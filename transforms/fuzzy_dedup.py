@@ -311,12 +311,20 @@ class FuzzyDedup(Transform):
         t = read_partition(ctx.work, "bands", shard)
         if t is None:
             return {"rows": 0, "buckets": 0, "pairs": 0}
+        rows = t.num_rows
         key, ids = t.column("key").to_numpy(), t.column("id").to_numpy()
         del t  # the shard's rows are the largest state of the stage (16 bytes per document and band / num_shards)
         order = np.lexsort((ids, key))
         key = key[order]
         ids = ids[order]
         del order
+        # only the rows of keys held by two or more documents matter from here (few)
+        same = key[1:] == key[:-1]
+        shared = np.zeros(len(key), dtype=bool)
+        shared[1:] = same
+        shared[:-1] |= same
+        del same
+        key, ids = key[shared], ids[shared]
         same = (key[1:] == key[:-1]) & (ids[1:] == ids[:-1])
         if same.any():
             raise InputError(
@@ -334,7 +342,7 @@ class FuzzyDedup(Transform):
             need = np.unique(np.concatenate([a, b]))
             if len(need):
                 ctx.work.write_parquet(f"need/{shard:05d}.parquet", pa.table({"id": pa.array(need, pa.int64())}))
-        return {"rows": len(key), "buckets": buckets, "pairs": len(a)}
+        return {"rows": rows, "buckets": buckets, "pairs": len(a)}
 
     # -- phase 3: extract (verification only) ----------------------------------------------
     def extract_file(self, task: FileTask, ctx) -> dict:

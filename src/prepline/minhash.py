@@ -259,10 +259,9 @@ def unsegmented_share(text: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if not hit.any():
         return out
     doc = np.searchsorted(offsets, lead[hit], side="right") - 1
-    count = np.bincount(doc, minlength=n)
-    chars = pc.utf8_length(text).to_numpy(zero_copy_only=False)
-    chars = np.nan_to_num(chars.astype(np.float64), nan=0.0)
-    np.divide(count, chars, out=out, where=chars > 0)
+    docs, count = np.unique(doc, return_counts=True)
+    chars = pc.utf8_length(text.take(pa.array(docs))).to_numpy(zero_copy_only=False)  # only where there are hits
+    out[docs] = count / chars
     return out
 
 
