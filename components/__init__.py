@@ -22,9 +22,10 @@ def catalog(images=None) -> dict:
     from prepline.components.fine_tune import COMPONENTS as FINE_TUNE
     from prepline.components.ray_stage import COMPONENTS
     from prepline.components.run_pipeline import COMPONENTS as CHAINING
+    from prepline.components.run_report import COMPONENTS as REPORT
     from prepline.images import DEFAULT
 
     images = images or DEFAULT
-    out = {k: _in_image(c, images.launcher, images) for k, c in {**COMPONENTS, **CHAINING}.items()}
+    out = {k: _in_image(c, images.launcher, images) for k, c in {**COMPONENTS, **CHAINING, **REPORT}.items()}
     out.update({k: _in_image(c, images.trainer, images) for k, c in FINE_TUNE.items()})
     return out

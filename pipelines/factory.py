@@ -16,6 +16,7 @@ from kfp import dsl, kubernetes
 
 from prepline import registry, stage_params
 from prepline.components.fine_tune import fine_tune
+from prepline.components.run_report import run_report
 from prepline.components.ray_stage import execute_ray_job, prepare_args, start_ray_cluster, stop_ray_cluster
 from prepline.images import DEFAULT as DEFAULT_IMAGES
 from prepline.images import ImageSet
@@ -176,6 +177,10 @@ def wire_super(stage, a: dict, run_id) -> None:
         ft.set_display_name("fine_tune").set_caching_options(False)
         in_image(ft, a["trainer_image"])
         _with_s3_secret(ft, a["s3_secret_name"])
+        rep = run_report(work_root=a["work_root"], run_id=run_id).after(ft)  # the run's HTML report (issue 13)
+        rep.set_display_name("run report").set_caching_options(False)
+        in_image(rep, a["launcher_image"])
+        _with_s3_secret(rep, a["s3_secret_name"])
 
 
 def super_summary(head: str, tail: str = "") -> str:

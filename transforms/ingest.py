@@ -84,6 +84,7 @@ class Ingest(Transform):
     name = "ingest"
     Config = IngestConfig
     summary = "JSONL(.gz/.zst), CSV/TSV, WARC/WET (HTML to text) and HF dataset shards to Parquet"
+    headline = ("removed.*",)
     input_suffixes = JSONL + CSV + WARC + SHARDS
 
     def output_rel(self, rel: str) -> str:

@@ -129,10 +129,11 @@ def check_pipeline_args(name: str, pipeline, args: dict) -> None:
         check_overrides(json.dumps({name: {"params": params}}))
 
 
-def run_local(name: str, args: dict, pipeline_root: str, times: TaskTimes | None = None) -> float:
+def run_local(name: str, args: dict, pipeline_root: str, times: TaskTimes | None = None, verbose: bool = False) -> float:
     """Run a pipeline with kfp.local's SubprocessRunner in this Python (the local cluster provider
     starts a Ray head per stage). Returns the wall time; raises when the pipeline fails. With
-    ``times``, each task's duration is collected there."""
+    ``times``, each task's duration is collected there. Each task's log goes to task.log in its
+    folder; only prepline's lines are shown, unless ``verbose`` (:mod:`prepline.local_tasks`)."""
     _require_kfp()
     import kfp.local
 
@@ -150,8 +151,11 @@ def run_local(name: str, args: dict, pipeline_root: str, times: TaskTimes | None
     if times is not None:
         root.addFilter(times)
     t0 = time.perf_counter()
+    from prepline.local_tasks import task_output
+
     try:
-        table[name](**args)
+        with task_output(verbose):
+            table[name](**args)
     finally:
         if times is not None:
             root.removeFilter(times)

@@ -8,14 +8,37 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import queue
+import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from prepline.context import WorkerSpec
+from prepline.progress import Report
 from prepline.runtime.dispatch import OnResult, WorkerLost, dispatch
 from prepline.worker import Worker
 
 _current: tuple[WorkerSpec, Worker] | None = None
+#: in a pool worker: where running tasks' progress goes (to the driver)
+_progress: "mp.Queue | None" = None
+
+
+def init_worker(parent: int, progress: "mp.Queue | None" = None) -> None:
+    """Pool worker initializer: tied to the driver, logging like it, progress to its queue."""
+    global _progress
+    from multiprocessing import util
+
+    from prepline import logs
+
+    die_with_parent(parent)
+    logs.setup_worker()
+    util.Finalize(None, logs.flush_repeats, exitpriority=10)  # the warnings it held back, said as it exits
+    _progress = progress
+
+
+def _send(key: str, docs: int, nbytes: int) -> None:
+    if _progress is not None:
+        _progress.put_nowait((key, docs, nbytes))
 
 
 def die_with_parent(parent: int) -> None:
@@ -45,7 +68,7 @@ def die_with_parent(parent: int) -> None:
 def _run(spec: WorkerSpec, task) -> dict:
     global _current
     if _current is None or _current[0] != spec:  # one phase at a time: a new phase, a new Worker
-        _current = (spec, Worker(spec))
+        _current = (spec, Worker(spec, _send))
     return _current[1].run(task)
 
 
@@ -64,8 +87,8 @@ class _Inline:
     capacity = 1
     lost_fix = ""
 
-    def __init__(self, spec: WorkerSpec):
-        self._worker = Worker(spec)
+    def __init__(self, spec: WorkerSpec, report: Report | None = None):
+        self._worker = Worker(spec, report)
 
     def submit(self, task) -> _Done:
         return _Done(self._worker.run(task))
@@ -126,18 +149,54 @@ class LocalExecutor:
         self.stats: dict = {"retried": 0}
         self._pool: ProcessPoolExecutor | None = None
         self._pool_generation = 0
+        self._on_progress: Report | None = None
+        self._queue: "mp.Queue | None" = None
+        self._drain: threading.Thread | None = None
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            # spawn: safe with the threads pyarrow/duckdb start; fork is not.
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"), initializer=die_with_parent,
-                                             initargs=(os.getpid(),))
+            ctx = mp.get_context("spawn")  # spawn: safe with the threads pyarrow/duckdb start; fork is not.
+            if self._queue is None:
+                self._queue = ctx.Queue()
+                self._drain = threading.Thread(target=self._forward, args=(self._queue,), name="prepline-progress-in", daemon=True)
+                self._drain.start()
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=init_worker, initargs=(os.getpid(), self._queue))
             self._pool_generation += 1
         return self._pool
 
-    def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult) -> bool:
-        backend = _Inline(spec) if self.workers <= 1 or len(tasks) <= 1 else _Pool(self, spec)
-        return dispatch(backend, tasks, on_result, self.task_retries, self.stats)
+    def _forward(self, q: "mp.Queue") -> None:
+        """The driver's side of the workers' progress queue (a thread)."""
+        while True:
+            try:
+                item = q.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            except Exception:  # noqa: BLE001 - the queue was closed (or broken by a killed worker): progress stops, the run goes on
+                return
+            if item is None:
+                return
+            on = self._on_progress
+            if on is not None:
+                try:
+                    on(*item)
+                except Exception:  # noqa: BLE001 - progress never fails a run
+                    pass
+
+    def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult, on_progress: Report | None = None) -> bool:
+        self._on_progress = on_progress
+        backend = _Inline(spec, on_progress) if self.workers <= 1 or len(tasks) <= 1 else _Pool(self, spec)
+        try:
+            return dispatch(backend, tasks, on_result, self.task_retries, self.stats)
+        finally:
+            self._on_progress = None
+
+    def _stop_drain(self) -> None:
+        if self._queue is not None:
+            self._queue.put(None)
+            if self._drain is not None:
+                self._drain.join(timeout=2)
+            self._queue.close()
+            self._queue, self._drain = None, None
 
     def abort(self) -> None:
         if self._pool is not None:
@@ -145,8 +204,10 @@ class LocalExecutor:
                 p.kill()
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+        self._stop_drain()
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        self._stop_drain()
