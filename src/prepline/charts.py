@@ -37,9 +37,11 @@ def nice_max(v: float) -> float:
 def _legend(series: list[str], colors: dict[str, str], y: float) -> str:
     out, x = [f'<g class="legend" transform="translate({LABEL_W},{y})">'], 0.0
     for s in series:
+        w = 28 + 7 * len(s)
         out.append(f'<g class="legend-item" data-series="{escape(s)}" transform="translate({x:.0f},0)" tabindex="0">'
+                   f'<rect class="hit" x="-2" y="-2" width="{w - 6}" height="16" fill="#fff" fill-opacity="0"/>'
                    f'<rect width="12" height="12" fill="{colors[s]}"/><text x="16" y="10">{escape(s)}</text></g>')
-        x += 28 + 7 * len(s)
+        x += w
     out.append("</g>")
     return "".join(out)
 
