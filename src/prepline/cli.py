@@ -287,7 +287,7 @@ def cmd_pipeline(argv: list[str]) -> int:
     _console().print(f"[bold]{a.name}[/]: succeeded in {secs:,.0f}s; stage outputs and metadata.json under {work / 'stages'}, "
                      f"each KFP task's outputs and log (task.log) under {work / 'kfp'}")
     if report:
-        _console().print(f"report: {report}")
+        print(f"report: {report}", flush=True)  # never wrapped: a path to copy
     return 0
 
 

@@ -7,7 +7,8 @@ itself. :func:`task_output` replaces that one function while a run lasts (kfp is
 replacement takes the same arguments, runs the same command with the same environment and returns
 its exit code): every line goes to ``task.log`` in the task's folder under the pipeline root, and
 only prepline's own log lines are printed (all of them with ``verbose``). A task that fails also
-prints the end of its log. kfp.local's own info lines are hidden unless ``verbose``.
+prints the end of its log. kfp.local's own info lines, its rules between tasks and its two warnings
+per task about settings a local run ignores (display names, images) are left out unless ``verbose``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import logging
 import os
 import subprocess
+import warnings
 from collections import deque
 from pathlib import Path
 from typing import Iterator
@@ -77,19 +79,26 @@ class _HideKfpInfo(logging.Filter):
 @contextlib.contextmanager
 def task_output(verbose: bool = False) -> Iterator[None]:
     """While a kfp.local run lasts: tasks' logs into task.log, prepline's lines on the screen."""
+    from kfp.local import logging_utils
     from kfp.local import subprocess_task_handler as handler
 
-    original = handler.run_local_subprocess
+    original, rule = handler.run_local_subprocess, logging_utils.print_horizontal_line
     hide = _HideKfpInfo()
 
     def run_local_subprocess(full_command, env_vars=None):
         return run_task(list(full_command), env_vars, verbose)
 
     handler.run_local_subprocess = run_local_subprocess
-    if not verbose:
-        logging.getLogger().addFilter(hide)
-    try:
-        yield
-    finally:
-        handler.run_local_subprocess = original
-        logging.getLogger().removeFilter(hide)
+    with warnings.catch_warnings():
+        if not verbose:
+            logging.getLogger().addFilter(hide)
+            logging_utils.print_horizontal_line = lambda: None
+            # kfp/local/orchestrator/task_executor.py (settings with no effect locally) and
+            # kfp/local/subprocess_task_handler.py (the image is a pipeline parameter: we run this Python on purpose)
+            warnings.filterwarnings("ignore", message=r"Task '.*': settings .* have no effect in the current local runner")
+            warnings.filterwarnings("ignore", message=r"You may be attemping to run a task that uses custom or non-Python base image")
+        try:
+            yield
+        finally:
+            handler.run_local_subprocess, logging_utils.print_horizontal_line = original, rule
+            logging.getLogger().removeFilter(hide)

@@ -125,7 +125,8 @@ def setup(fmt: str | None = None, debug: bool = False, verbose: bool = False, st
     libraries' info lines too; ``debug``: prepline's debug lines. Without ``take_root`` other
     libraries' logging is left as the program set it up."""
     fmt = log_format(fmt)
-    os.environ[ENV_FORMAT] = fmt
+    if fmt != "text" or os.environ.get(ENV_FORMAT):  # what children (workers, tasks, jobs) inherit
+        os.environ[ENV_FORMAT] = fmt
     h = logging.StreamHandler(stream or sys.stderr)
     h.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     reps = Repeats()

@@ -50,6 +50,13 @@ def test_simple_pipeline_runs_locally(tmp_path, corpus, env):
     # and what happened to the documents, read back from the stage's metadata.json
     out = r.stdout + r.stderr
     assert "documents per stage" in out and re.search(r"│ doc_id\s*│\s*│\s*10 │\s*10 │", out), out[-2000:]
+    # prepline's lines (the job's progress too) and the tables; kfp's executor dumps and warnings only in each task's log
+    assert "prepline.progress: doc_id final: 3/3 files, 10 docs" in out and "executor_input" not in out and "Warning" not in out
+    assert len(out.splitlines()) < 45, out
+    logs = sorted((tmp_path / "w" / "kfp").rglob("task.log"))
+    assert len(logs) == 4 and all("executor_input" in p.read_text() for p in logs)
+    report = re.search(r"^report: (\S+)$", out, re.M)
+    assert report and "chart-funnel" in open(report.group(1)).read()
 
 
 @pytest.mark.ray
@@ -63,6 +70,6 @@ def test_failing_stage_still_stops_its_cluster_and_fails_the_run(tmp_path, env):
     assert r.returncode != 0
     out = r.stdout + r.stderr
     assert "broken.parquet" in out and "not a readable Parquet file" in out  # the stage's own error reaches the user
-    assert "stop-ray-cluster" in out and "deleted" in out  # the exit task ran
+    assert re.search(r"prepline: cluster \S+ deleted", out)  # the exit task ran
     assert "doc_id (FAILED)" in out and "failed file(s):" in out  # the closing table says which (the cell may wrap)
     assert _clusters_left(tmp_path / "clusters") == []
