@@ -105,6 +105,8 @@ class FilterConfig(TransformConfig):
         if self.criteria_labels and len(self.criteria_labels) != len(self.criteria):
             raise ConfigError(f"criteria_labels has {len(self.criteria_labels)} name(s) for {len(self.criteria)} criteria",
                               "give one name per criterion, in the same order (or none)")
+        if any(not x.strip() for x in self.criteria_labels):
+            raise ConfigError("criteria_labels has an empty name", "give every criterion a name, or pass no criteria_labels")
         for i, c in enumerate(self.criteria, 1):
             if not c.strip():
                 raise ConfigError(f"filter criterion {i} is empty", "remove it or write an SQL expression")

@@ -198,7 +198,7 @@ def _decompressed(rel: str, f: IO[bytes]) -> IO[bytes]:
         import zstandard
 
         return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True))  # type: ignore[arg-type]
-    return f
+    return io.BufferedReader(f)  # type: ignore[arg-type] # lines of a plain file (an Arrow file cannot be iterated by line)
 
 
 def _file_errors(task: FileTask, records: Iterator) -> Iterator:
