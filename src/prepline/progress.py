@@ -74,6 +74,7 @@ class Tracker:
         self._done = {"tasks": 0, "docs": 0, "bytes": 0}
         self._resumed = {"docs": 0, "bytes": 0}
         self._running: dict[str, tuple[int, int]] = {}
+        self._finished: set[str] = set()  # a report that arrives after its task's result is stale
         self.ended: float | None = None
 
     def resumed(self, n: int, docs: int, nbytes: int) -> None:
@@ -87,12 +88,13 @@ class Tracker:
 
     def report(self, key: str, docs: int, nbytes: int) -> None:
         with self._lock:
-            if self.ended is None:
+            if self.ended is None and key not in self._finished:
                 self._running[key] = (docs, nbytes)
 
     def finished(self, key: str, docs: int, nbytes: int) -> None:
         with self._lock:
             self._running.pop(key, None)
+            self._finished.add(key)
             self._done["tasks"] += 1
             self._done["docs"] += docs
             self._done["bytes"] += nbytes
@@ -135,6 +137,8 @@ def duration(seconds: float | None) -> str:
 def line(s: dict, final: bool = False) -> str:
     """One progress line, e.g. ``filter final: 3/8 files, 12,345 docs, 45.2/120.0 MB (38%), 3,210 docs/s, 1.2 MB/s, ETA 1m12s``."""
     parts = [f"{s['tasks_done']}/{s['tasks']} {'files' if s['by_files'] else 'shards'}"]
+    if not final and not s["tasks_done"] and not s["running"] and s["tasks"]:
+        return f"{s['stage']} {s['phase']}: " + ", ".join(parts + [f"waiting for the workers' first results ({duration(s['elapsed_s'])})"])
     if s["by_files"]:
         if s.get("docs") is not None:
             parts.append(f"{s['docs']:,} docs")

@@ -75,6 +75,7 @@ def test_tracker_counts_running_and_finished_tasks_and_estimates():
     s = t.snapshot()
     assert (s["tasks_done"], s["docs"], s["bytes"], s["running"]) == (1, 180, 1800, 1)
     t.finished("b", 100, 1000)  # exact, from the result
+    t.report("b", 90, 900)  # late: its result is in
     t.report("c", 10, 5000)  # an estimate never goes past the total
     s = t.snapshot()
     assert (s["tasks_done"], s["docs"], s["bytes"]) == (2, 210, 4000) and s["eta_s"] is not None

@@ -37,6 +37,7 @@ class RayExecutor:
                 # a private local Ray: every listener on loopback, modest object store
                 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
                 ray.init(
+                    address="local",  # a new one: never another user's Ray that happens to run on this machine
                     num_cpus=max(int(workers * cpus_per_worker + 0.999), 1) if workers else None,
                     include_dashboard=False,
                     object_store_memory=512 * 1024 * 1024,
