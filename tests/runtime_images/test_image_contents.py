@@ -188,6 +188,11 @@ def test_run_pipeline_step(tmp_path):
     assert {"kfp", "kfp_server_api"} <= set(mods) and missing("launcher", mods) == {}
 
 
+def test_run_report_step(tmp_path):
+    mods = run_step("run_report", "launcher", {"work": str(tmp_path / "w")}, tmp_path)
+    assert missing("launcher", mods) == {}
+
+
 def _tokens(work: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -198,7 +203,7 @@ def _tokens(work: Path) -> None:
     src.mkdir(parents=True)
     texts = [f"document {i}: the quick brown fox jumps over the lazy dog number {i}" for i in range(64)]
     pq.write_table(pa.table({"contents": texts}), src / "part-0.parquet")
-    run_transform("tokenization", {"vocab_size": 300, "seq_len": 16, "shard_sequences": 16},
+    run_transform("tokenization", {"vocab_size": 300},
                   RunOptions(input=str(src), output=str(work / "r" / "lang=en" / "tokenization"), workers=1, progress=False))
 
 
