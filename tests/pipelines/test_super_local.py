@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -42,6 +43,21 @@ def test_super_pipeline_end_to_end(tmp_path):
     out = r.stdout + r.stderr
     assert "documents per stage" in out and "per-stage overhead" in out and "fine_tune: 8 steps, loss" in out
     assert sum(1 for line in out.splitlines() if line.startswith("│ ") and line.split("│")[1].strip() in meta_stages(meta)) == 14
+    # ... and the report's path: the charts of the run's real numbers, the same the pipeline's last step made as its HTML artifact
+    assert "executor_input" not in out
+    report = re.search(r"^report: (\S+)$", out, re.M)
+    assert report and report.group(1) == str(run / "report.html")
+    page = (run / "report.html").read_text()
+    funnel = re.findall(r'<rect class="bar" data-series="out" data-row="([^"]*)" data-value="([^"]*)"', charts(page)["chart-funnel"])
+    assert len(funnel) == 14 and dict(funnel)["filter (ja)"] == str(meta["lang=ja/filter"]["totals"]["docs_out"])
+    assert 'data-series="loss" data-points="8"' in page
+    (artifact,) = [p for p in (tmp_path / "w" / "kfp").rglob("report") if p.parent.name.startswith("run-report")]
+    assert charts(artifact.read_text()) == charts(page)
+
+
+def charts(page: str) -> dict[str, str]:
+    """Each chart's SVG by its id."""
+    return {m.group(2): m.group(1) for m in re.finditer(r'(<svg class="chart" id="([^"]+)".*?</svg>)', page, re.S)}
 
 
 def meta_stages(meta: dict) -> set[str]:
