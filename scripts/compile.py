@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from prepline.gentree import script_main
-from prepline.kfp_cli import sync_compiled
+from prepline.kfp.compile import sync_compiled
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,8 +1,12 @@
 #!/usr/bin/env python
-"""Generate docs/parameters.md from the transforms' config dataclasses.
+"""Generate the parameter tables in the docs from the transforms' config dataclasses.
 
-    .venv/bin/python scripts/gen_docs.py          # rewrite docs/parameters.md
-    .venv/bin/python scripts/gen_docs.py --check  # exit 1 if it differs from the sources
+docs/parameters.md holds every transform's table; each transform's page docs/transforms/<name>.md
+holds its own under "## Parameters" (the rest of the page is written by hand; a transform without
+a page gets a short one to fill in).
+
+    .venv/bin/python scripts/gen_docs.py          # rewrite the tables
+    .venv/bin/python scripts/gen_docs.py --check  # exit 1 if any differs from the sources
 """
 
 import sys
@@ -11,6 +15,7 @@ from pathlib import Path
 from prepline.gentree import script_main, sync_tree, write_files
 
 ROOT = Path(__file__).resolve().parents[1]
+HEADING = "## Parameters\n"
 
 
 def render() -> str:
@@ -22,9 +27,42 @@ def render() -> str:
     return head + "\n".join(describe_markdown(n) for n in registry.names())
 
 
+def render_page(name: str, text: str | None) -> str:
+    """The page with its parameter section's first table (and the table's '### name' heading and
+    summary line) replaced by the current one; text after the table is kept."""
+    from prepline import registry
+    from prepline.cli import describe_markdown
+
+    table = describe_markdown(name)
+    if text is None:
+        text = f"# {name}\n\n{registry.get(name).summary}.\n\n"
+    if HEADING not in text:
+        return text.rstrip("\n") + f"\n\n{HEADING}\n{table}"
+    head, _, section = text.partition(HEADING)
+    lines = section.splitlines(keepends=True)
+    first = next((i for i, ln in enumerate(lines) if ln.startswith("|")), None)
+    if first is None or any(ln.startswith("## ") for ln in lines[:first]):
+        return f"{head}{HEADING}\n{table}\n{section.lstrip(chr(10))}"
+    end = first
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    rest = "".join(lines[end:]).lstrip("\n")
+    return f"{head}{HEADING}\n{table}" + (f"\n{rest}" if rest else "")
+
+
+def files() -> dict[str, str]:
+    from prepline import registry
+
+    out = {"parameters.md": render()}
+    for name in registry.names():
+        page = ROOT / "docs" / "transforms" / f"{name}.md"
+        out[f"transforms/{name}.md"] = render_page(name, page.read_text() if page.is_file() else None)
+    return out
+
+
 def sync(check: bool) -> list[str]:
-    return sync_tree(write_files({"parameters.md": render()}), ROOT / "docs", ["parameters.md"], check=check)
+    return sync_tree(write_files(files()), ROOT / "docs", ["parameters.md", "transforms/*.md"], check=check)
 
 
 if __name__ == "__main__":
-    sys.exit(script_main(__doc__, "docs/parameters.md", "scripts/gen_docs.py", sync))
+    sys.exit(script_main(__doc__, "the parameter tables in docs/", "scripts/gen_docs.py", sync))

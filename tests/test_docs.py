@@ -1,8 +1,13 @@
-"""Docs generated from the code stay in sync with it."""
+"""Docs generated from the code stay in sync with it; the map pages name what exists."""
 
+import importlib
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,6 +23,63 @@ def test_readme_starts_with_the_two_commands():
     assert [l.split("#")[0].strip() for l in block] == ["bash scripts/main.sh", "bash scripts/test.sh"]
     ci = (ROOT / ".ci" / "run").read_text()
     assert "scripts/test.sh" in ci
+
+
+MAP_PAGES = ["docs/architecture.md", "docs/adding_a_transform.md"]
+_PATH_LIKE = re.compile(r"^[\w.\-]+(/[\w.\-<>*]*)+$|^[\w\-]+\.(py|md|toml|yaml|sh)$")
+
+
+@pytest.mark.parametrize("page", MAP_PAGES)
+def test_the_files_and_names_a_map_page_mentions_exist(page):
+    """Every file or folder of the repository in `backticks` exists (`<name>` parts match at least one
+    file; what a run writes is named from `<output>/`) and every dotted prepline name (module, or
+    module attribute) resolves."""
+    text = (ROOT / page).read_text()
+    paths = [t for t in re.findall(r"`([^`\s]+)`", text)
+             if _PATH_LIKE.match(t) and not t.startswith(("prepline.", "<output>"))]
+    assert len(paths) >= 10, paths
+    for t in paths:
+        pattern = re.sub(r"<[^>]+>", "*", t).rstrip("/")
+        assert list(ROOT.glob(pattern)), f"{page} names {t}, which does not exist"
+    names = sorted(set(re.findall(r"\bprepline(?:\.\w+)+", text)))
+    assert len(names) >= 5, names
+    for name in names:
+        assert _resolves(name), f"{page} names {name}, which does not resolve"
+
+
+def _resolves(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def test_the_example_transform_of_adding_a_transform_runs(tmp_path):
+    """The page's example, as written, registers and runs through the engine with its counts."""
+    text = (ROOT / "docs" / "adding_a_transform.md").read_text()
+    example = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    code = example + (
+        "\nimport sys, json\nimport pyarrow as pa, pyarrow.parquet as pq\n"
+        "from prepline.engine import RunOptions, run_transform\n"
+        "src, out = sys.argv[1], sys.argv[2]\n"
+        "pq.write_table(pa.table({'contents': ['one two three', 'one', '', 'a b']}), src + '/a.parquet')\n"
+        "m = run_transform('word_count', {'min_words': 2}, RunOptions(src, out, workers=1, progress=False)).metadata\n"
+        "print(json.dumps([m['totals'], pq.read_table(out + '/a.parquet').to_pydict()]))\n"
+    )
+    (tmp_path / "in").mkdir()
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "in"), str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    totals, table = json.loads(r.stdout.strip().splitlines()[-1])
+    assert table == {"contents": ["one two three", "a b"], "n_words": [3, 2]}
+    assert totals["docs_in"] == 4 and totals["docs_out"] == 2 and totals["removed"] == {"too_short": 2}
 
 
 def test_the_compatibility_table_is_the_code():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import venv
 import zipfile
 from pathlib import Path
@@ -12,6 +13,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_sub_package_is_listed():
+    """setuptools takes only the packages listed: a new sub-package must be added to pyproject.toml."""
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = set()
+    for pkg, folder in tool["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder)
+            found.add(".".join([pkg, *rel.parts]))
+    assert found == set(tool["packages"])
 
 
 @pytest.mark.slow
@@ -48,3 +60,8 @@ def test_wheel_installs_and_imports_every_module(tmp_path):
     out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "doc_id" in out.stdout and "exact_dedup" in out.stdout and "filter" in out.stdout
+    # nothing is looked up in a source checkout: the installed package compiles the catalog where asked
+    out = subprocess.run([str(py), "-m", "prepline.cli", "compile", "--output", str(tmp_path / "c")], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    want = sorted(p.relative_to(ROOT / "compiled").as_posix() for p in (ROOT / "compiled").rglob("*.yaml"))
+    assert sorted(p.relative_to(tmp_path / "c").as_posix() for p in (tmp_path / "c").rglob("*.yaml")) == want

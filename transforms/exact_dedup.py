@@ -4,7 +4,8 @@ Three phases, each resumable, with memory bounded by the number of distinct text
 
 1. ``hash`` (per file): MD5-128 of the normalised text (lower-cased, trimmed, white-space runs
    collapsed); the per-row keys are kept for phase 3, and the file's distinct keys with their
-   smallest id and count go to ``num_shards`` shard files by key.
+   smallest id and count go to one partitioned file (:mod:`prepline.sharded`), by key into
+   ``num_shards`` shards.
 2. ``reduce`` (per shard): group a shard's keys across files; keys seen more than once are
    duplicates, and the copy to keep is the one with the smallest id.
 3. final map (per file): drop rows whose key is a duplicate and whose id is not the kept one.
@@ -25,6 +26,7 @@ from prepline import hashing
 from prepline.config import TransformConfig, param
 from prepline.registry import register
 from prepline.errors import InputError
+from prepline.sharded import read_all, read_partition, shard_of_keys, write_partitioned
 from prepline.transform import Column, FileTask, Output, Phase, Transform, require_unique_ids
 
 REASON = "exact_duplicate"
@@ -74,20 +76,16 @@ class ExactDedup(Transform):
         ids = table.column(c.id_column).to_numpy()
         require_unique_ids(ids, task.path, c.id_column)
         ctx.work.write_parquet(f"keys/{task.rel}", _key_table(keys, ids))
-        # distinct keys of this file: smallest id and count per key
+        # distinct keys of this file: smallest id and count per key, partitioned by key
         g = _key_table(keys, ids).group_by(["h", "l"]).aggregate([("id", "min"), ("id", "count")])
-        shard = (g.column("l").to_numpy() % np.uint64(c.num_shards)).astype(np.int64)
-        for s in np.unique(shard):
-            part = g.filter(pa.array(shard == s))
-            ctx.work.write_parquet(f"shards/{s:05d}/{task.rel}", part)
+        write_partitioned(ctx.work, f"distinct/{task.rel}.arrow", g, shard_of_keys(g.column("l").to_numpy(), c.num_shards))
         return {"rows": table.num_rows, "distinct": g.num_rows}
 
     # phase 2 -------------------------------------------------------------------------------
     def reduce_shard(self, shard: int, ctx) -> dict:
-        files = ctx.work.list_all(f"shards/{shard:05d}")
-        if not files:
+        t = read_partition(ctx.work, "distinct", shard)
+        if t is None:
             return {"keys": 0, "duplicate_keys": 0}
-        t = pa.concat_tables(ctx.work.read_parquet(f.rel) for f in files if f.rel.endswith(".parquet"))
         again = t.group_by(["h", "l", "id_min"]).aggregate([("id_count", "count")])  # one row per file
         again = again.filter(pc.greater(again.column("id_count_count"), 1))
         if again.num_rows:  # the same text with the same id in two files: both copies would be kept
@@ -110,9 +108,7 @@ class ExactDedup(Transform):
     # phase 3 -------------------------------------------------------------------------------
     def setup(self, ctx) -> None:
         self._work = ctx.work
-        files = [f.rel for f in ctx.work.list_all("duplicates") if f.rel.endswith(".parquet")]
-        dup = pa.concat_tables(ctx.work.read_parquet(r) for r in files) if files else None
-        self._dup = dup if dup is not None and dup.num_rows else None
+        self._dup = read_all(ctx.work, "duplicates")
         self._keys: tuple[str, pa.Table | None] = ("", None)
 
     def transform(self, table: pa.Table, task: FileTask) -> Output:

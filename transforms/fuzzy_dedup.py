@@ -15,17 +15,16 @@ Phases (each a set of tasks whose outputs live in the stage's work folder, so ea
    sets to each pair, so no task holds more than its shard; a pair is a duplicate edge when
    its true Jaccard similarity (``verify=jaccard``) or its MinHash estimate
    (``verify=estimate``) is at least ``threshold``.
-5. ``components`` (one task: shard 0; the others have nothing to do): connected components of
-   the edge list (label propagation with pointer jumping, in numpy over the edges only). A
-   cluster's id is its smallest document id.
+5. ``components`` (once): connected components of the edge list
+   (:func:`prepline.graph.connected_components`). A cluster's id is its smallest document id.
 6. final map (per file): ``remove`` drops every clustered document whose id is not its
    cluster's id (the smallest id is kept, whatever the processing order), counted as
    ``removed.near_duplicate``; ``keep_duplicates`` keeps only clustered documents (the others
    are counted as ``removed.not_near_duplicate``) and adds the cluster column; ``annotate``
    adds the cluster column (null for documents in no cluster) and removes nothing.
 
-Shard files (``bands``, ``pairs``, ``docs``, ``half``) are Arrow IPC files with one record batch
-per consumer shard: one file per producer task, and a consumer reads only its batch.
+Shard files (``bands``, ``pairs``, ``docs``, ``half``) are partitioned files of
+:mod:`prepline.sharded`: one file per producer task, and a consumer reads only its shard's batch.
 
 Documents with fewer words than the shingle size are one shingle (the whole document).
 Empty or white-space-only documents have no shingles: they are never fuzzy duplicates of
@@ -34,18 +33,18 @@ anything (exact_dedup handles them) and are counted as ``counters.empty_docs``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.ipc as ipc
 
 from prepline.config import TransformConfig, param
 from prepline.errors import ConfigError, InputError
+from prepline.graph import connected_components
 from prepline.registry import register
-from prepline.transform import Column, FileTask, Output, Phase, Transform
+from prepline.sharded import parquet_files, read_all, read_partition, read_range, shard_of_ids, shard_of_keys, write_partitioned
+from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform
 
 REASON = "near_duplicate"
 REASON_UNIQUE = "not_near_duplicate"
@@ -107,100 +106,6 @@ class FuzzyDedupConfig(TransformConfig):
             raise ConfigError(f"cluster_column '{self.cluster_column}' is also an input column", "choose another cluster_column name")
 
 
-def _part(ids: np.ndarray, shards: int) -> np.ndarray:
-    """Shard of each id (a hash, so consecutive ids spread over the shards)."""
-    from prepline.minhash import mix64
-
-    return (mix64(ids.astype(np.int64).view(np.uint64)) % np.uint64(shards)).astype(np.int64)
-
-
-def _split_by(table: pa.Table, shard: np.ndarray) -> list[tuple[int, pa.Table]]:
-    """(shard, rows of that shard) for each shard present, rows in their original order."""
-    if table.num_rows == 0:
-        return []
-    order = np.argsort(shard, kind="stable")
-    s = shard[order]
-    cuts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-    ends = np.r_[cuts[1:], len(s)]
-    table = table.take(pa.array(order))
-    return [(int(s[c]), table.slice(c, e - c)) for c, e in zip(cuts, ends)]
-
-
-def _data_files(loc, prefix: str) -> list[str]:
-    return [f.rel for f in loc.list_all(prefix) if f.rel.endswith(".parquet") and not f.rel.rsplit("/", 1)[-1].startswith(".")]
-
-
-_SHARDS_KEY = b"prepline.shards"
-
-
-def _write_sharded(loc, rel: str, table: pa.Table, shard: np.ndarray) -> int:
-    """Write ``table`` as one Arrow IPC file with one record batch per shard.
-
-    A consumer of shard ``s`` reads only its batch (:func:`_read_shard_all`: memory-mapped
-    locally, range reads on S3), so a producer task writes one file, not one per shard, and
-    reading a shard costs no Parquet decoding. Returns the number of shards written.
-    """
-    parts = _split_by(table, shard)
-    if not parts:
-        return 0
-    index = {str(s): i for i, (s, _) in enumerate(parts)}
-    schema = table.schema.with_metadata({_SHARDS_KEY: json.dumps(index).encode()})
-    sink = pa.BufferOutputStream()
-    with ipc.new_file(sink, schema, options=ipc.IpcWriteOptions(compression="lz4")) as w:
-        for _, part in parts:
-            w.write_batch(pa.RecordBatch.from_arrays([col.combine_chunks() for col in part.columns], schema=schema))
-    loc.write_bytes(rel, sink.getvalue().to_pybytes())
-    return len(parts)
-
-
-def _open_ipc(loc, f):
-    """An IPC file reader with random access to its batches (no whole-file read)."""
-    return ipc.open_file(loc.open_input(f.rel, f.size))
-
-
-def _read_shard_all(loc, prefix: str, shard: int) -> pa.Table | None:
-    """The rows of ``shard`` from every file under ``prefix`` written by :func:`_write_sharded`."""
-    batches = []
-    for f in loc.list_all(prefix):
-        if not f.rel.endswith(".arrow") or f.rel.rsplit("/", 1)[-1].startswith("."):
-            continue
-        r = _open_ipc(loc, f)
-        i = json.loads(r.schema.metadata[_SHARDS_KEY]).get(str(shard))
-        if i is not None:
-            batches.append(r.get_batch(i))
-    batches = [b for b in batches if b.num_rows]
-    if not batches:
-        return None
-    return pa.Table.from_batches(batches).replace_schema_metadata(None)
-
-
-def _read_all(loc, prefix: str) -> pa.Table | None:
-    tables = [loc.read_parquet(r) for r in _data_files(loc, prefix)]
-    tables = [t for t in tables if t.num_rows]
-    return pa.concat_tables(tables) if tables else None
-
-
-def _read_id_range(loc, rel: str, lo: int, hi: int, column: str = "id") -> pa.Table | None:
-    """Rows of a file sorted by ``column`` with lo <= column <= hi (row groups pruned by statistics)."""
-    try:
-        pf = loc.parquet_file(rel)
-    except (FileNotFoundError, OSError):
-        return None
-    md = pf.metadata
-    col = pf.schema_arrow.get_field_index(column)
-    groups = []
-    for i in range(md.num_row_groups):
-        st = md.row_group(i).column(col).statistics
-        if st is not None and st.has_min_max and (st.max < lo or st.min > hi):
-            continue
-        groups.append(i)
-    if not groups:
-        return None
-    t = pf.read_row_groups(groups)
-    v = t.column(column).to_numpy()
-    return t.filter(pa.array((v >= lo) & (v <= hi)))
-
-
 def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if len(a) == 0:
         return a, b
@@ -249,27 +154,6 @@ def _bucket_pairs(key: np.ndarray, ids: np.ndarray, all_pairs: bool) -> tuple[np
             b_parts.append(ids[members[:, j]].ravel())
     a, b = _unique_pairs(np.concatenate(a_parts), np.concatenate(b_parts))
     return a, b, len(start)
-
-
-def _components(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Connected components of the edges (a, b): (node ids sorted, smallest id of each one's component)."""
-    nodes = np.unique(np.concatenate([a, b]))
-    ia, ib = np.searchsorted(nodes, a), np.searchsorted(nodes, b)
-    label = np.arange(len(nodes), dtype=np.int64)  # label[x] <= x: a pointer to a smaller node
-    while True:
-        la, lb = label[ia], label[ib]
-        diff = la != lb
-        if not diff.any():
-            break
-        la, lb = la[diff], lb[diff]
-        lo, hi = np.minimum(la, lb), np.maximum(la, lb)
-        np.minimum.at(label, hi, lo)  # hook the larger root under the smaller
-        while True:  # pointer jumping until every node points at its root
-            nxt = label[label]
-            if np.array_equal(nxt, label):
-                break
-            label = nxt
-    return nodes, nodes[label]
 
 
 def _jaccard_pairs(va: pa.Array, vb: pa.Array) -> np.ndarray:
@@ -322,7 +206,7 @@ class FuzzyDedup(Transform):
                 Phase("verify_a", "shards", "verify_a_shard"),
                 Phase("verify_b", "shards", "verify_b_shard"),
             ]
-        return ph + [Phase("components", "shards", "component_shard")]
+        return ph + [Phase("components", "once", "components")]
 
     def num_shards(self) -> int:
         return self.config.num_shards
@@ -378,14 +262,14 @@ class FuzzyDedup(Transform):
         key = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
         kid = np.concatenate(kid) if kid else np.zeros(0, np.int64)
         t = pa.table({"key": pa.array(key, pa.uint64()), "id": pa.array(kid, pa.int64())})
-        _write_sharded(ctx.work, f"bands/{task.rel}.arrow", t, (key % np.uint64(c.num_shards)).astype(np.int64))
+        write_partitioned(ctx.work, f"bands/{task.rel}.arrow", t, shard_of_keys(key, c.num_shards))
         with_sig = len(key) // c.num_bands
         return {"docs": len(ids), "empty": len(ids) - with_sig}
 
     # -- phase 2: buckets ------------------------------------------------------------------
     def bucket_shard(self, shard: int, ctx) -> dict:
         c = self.config
-        t = _read_shard_all(ctx.work, "bands", shard)
+        t = read_partition(ctx.work, "bands", shard)
         if t is None:
             return {"rows": 0, "buckets": 0, "pairs": 0}
         key, ids = t.column("key").to_numpy(), t.column("id").to_numpy()
@@ -404,7 +288,7 @@ class FuzzyDedup(Transform):
             if len(a):
                 ctx.work.write_parquet(f"edges/{shard:05d}.parquet", pairs)
         else:
-            _write_sharded(ctx.work, f"pairs/{shard:05d}.arrow", pairs, _part(a, c.num_shards))
+            write_partitioned(ctx.work, f"pairs/{shard:05d}.arrow", pairs, shard_of_ids(a, c.num_shards))
             need = np.unique(np.concatenate([a, b]))
             if len(need):
                 ctx.work.write_parquet(f"need/{shard:05d}.parquet", pa.table({"id": pa.array(need, pa.int64())}))
@@ -420,8 +304,8 @@ class FuzzyDedup(Transform):
             return {"docs": 0}
         lo, hi = int(ids.min()), int(ids.max())
         parts = []
-        for rel in _data_files(ctx.work, "need"):
-            t = _read_id_range(ctx.work, rel, lo, hi)
+        for rel in parquet_files(ctx.work, "need"):
+            t = read_range(ctx.work, rel, lo, hi)
             if t is not None and t.num_rows:
                 parts.append(t.column("id").to_numpy())
         if not parts:
@@ -452,7 +336,7 @@ class FuzzyDedup(Transform):
         np.cumsum(np.concatenate(counts), out=offsets[1:])
         v = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(values), pa.uint32()))
         t = pa.table({"id": pa.array(ids, pa.int64()), "v": v})
-        _write_sharded(ctx.work, f"docs/{task.rel}.arrow", t, _part(ids, c.num_shards))
+        write_partitioned(ctx.work, f"docs/{task.rel}.arrow", t, shard_of_ids(ids, c.num_shards))
         return {"docs": len(rows)}
 
     # -- phase 4: verification, a two-step join ----------------------------------------------
@@ -471,23 +355,23 @@ class FuzzyDedup(Transform):
 
     def verify_a_shard(self, shard: int, ctx) -> dict:
         c = self.config
-        t = _read_shard_all(ctx.work, "pairs", shard)
+        t = read_partition(ctx.work, "pairs", shard)
         if t is None:
             return {"pairs": 0}
         a, b = _unique_pairs(t.column("a").to_numpy(), t.column("b").to_numpy())
-        found, va = self._lookup(_read_shard_all(ctx.work, "docs", shard), a)
+        found, va = self._lookup(read_partition(ctx.work, "docs", shard), a)
         a, b = a[found], b[found]
         half = pa.table({"a": pa.array(a, pa.int64()), "b": pa.array(b, pa.int64()), "va": va if va is not None else pa.array([], pa.large_list(pa.uint32()))})
-        _write_sharded(ctx.work, f"half/{shard:05d}.arrow", half, _part(b, c.num_shards))
+        write_partitioned(ctx.work, f"half/{shard:05d}.arrow", half, shard_of_ids(b, c.num_shards))
         return {"pairs": int(len(a)), "missing": int((~found).sum())}
 
     def verify_b_shard(self, shard: int, ctx) -> dict:
         c = self.config
-        t = _read_shard_all(ctx.work, "half", shard)
+        t = read_partition(ctx.work, "half", shard)
         if t is None:
             return {"pairs": 0, "edges": 0}
         a, b = t.column("a").to_numpy(), t.column("b").to_numpy()
-        found, vb = self._lookup(_read_shard_all(ctx.work, "docs", shard), b)
+        found, vb = self._lookup(read_partition(ctx.work, "docs", shard), b)
         va = t.column("va").combine_chunks().filter(pa.array(found))
         a, b = a[found], b[found]
         if len(a) == 0:
@@ -505,15 +389,13 @@ class FuzzyDedup(Transform):
             ctx.work.write_parquet(f"edges/{shard:05d}.parquet", edges)
         return {"pairs": int(len(a)), "edges": int(ok.sum()), "missing": int((~found).sum())}
 
-    # -- phase 5: connected components -----------------------------------------------------
-    def component_shard(self, shard: int, ctx) -> dict:
-        if shard != 0:
-            return {"skipped": True}  # one task does it (shard phases have num_shards tasks)
-        t = _read_all(ctx.work, "edges")
+    # -- phase 5: connected components (once) ---------------------------------------------
+    def components(self, ctx) -> dict:
+        t = read_all(ctx.work, "edges")
         if t is None:
             ids = cluster = size = np.zeros(0, np.int64)
         else:
-            ids, cluster = _components(t.column("a").to_numpy(), t.column("b").to_numpy())
+            ids, cluster = connected_components(t.column("a").to_numpy(), t.column("b").to_numpy())
             _, inv, counts = np.unique(cluster, return_inverse=True, return_counts=True)
             size = counts[inv]
         out = pa.table({"id": pa.array(ids, pa.int64()), "cluster": pa.array(cluster, pa.int64()), "size": pa.array(size, pa.int64())})
@@ -528,7 +410,7 @@ class FuzzyDedup(Transform):
     def plan_summary(self, results) -> dict:
         sig = results.get("signatures", {}).values()
         buckets = results.get("buckets", {}).values()
-        comp = results.get("components", {}).get("00000", {})
+        comp = results.get("components", {}).get(ONCE, {})
         out = {
             "docs": sum(r["docs"] for r in sig),
             "empty_docs": sum(r["empty"] for r in sig),
@@ -556,7 +438,7 @@ class FuzzyDedup(Transform):
         in_cluster = np.zeros(n, dtype=bool)
         cluster = np.zeros(n, dtype=np.int64)
         if n:
-            cl = _read_id_range(self._work, CLUSTERS, int(ids.min()), int(ids.max()))
+            cl = read_range(self._work, CLUSTERS, int(ids.min()), int(ids.max()))
             if cl is not None and cl.num_rows:
                 cid, ccl = cl.column("id").to_numpy(), cl.column("cluster").to_numpy()
                 pos = np.minimum(np.searchsorted(cid, ids), len(cid) - 1)

@@ -47,11 +47,12 @@ import pyarrow.compute as pc
 from prepline.config import TransformConfig, param
 from prepline.errors import ConfigError, InputError
 from prepline.registry import register
+from prepline.sharded import parquet_files
 from prepline.tokens.indexed import bin_name, document_stream, idx_name, index_bytes, token_dtype
 from prepline.tokens.output import TOKENS_DIR, Source, list_parts, part_dir, part_name, write_tokens_dir
 from prepline.tokens.tokenizer import (TOKENIZER_FILE, LoadedTokenizer, build_tokenizer, no_text, prefix_within,
                                        sample_documents, texts_in_batches, train_bpe, vocab_size_of)
-from prepline.transform import Column, FileTask, Output, Phase, Transform
+from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform
 
 #: characters of text per encode_batch call (bounds the memory of the Encoding objects)
 BATCH_CHARS = 1 << 21
@@ -236,10 +237,7 @@ class Tokenization(Transform):
 
     # pre-phases (tokenizer='' only) ------------------------------------------------------------
     def phases(self) -> list[Phase]:
-        return [Phase("sample", "files", "sample_file"), Phase("train", "shards", "train_tokenizer")] if self._trained() else []
-
-    def num_shards(self) -> int:
-        return 1 if self._trained() else 0
+        return [Phase("sample", "files", "sample_file"), Phase("train", "once", "train_tokenizer")] if self._trained() else []
 
     def sample_file(self, task: FileTask, ctx) -> dict:
         c = self.config
@@ -248,9 +246,9 @@ class Tokenization(Transform):
         ctx.work.write_parquet(f"train/{task.rel}", sample)
         return {"docs": sample.num_rows, "chars": int(pc.sum(sample.column("chars")).as_py() or 0)}
 
-    def train_tokenizer(self, shard: int, ctx) -> dict:
+    def train_tokenizer(self, ctx) -> dict:
         c = self.config
-        files = [f.rel for f in ctx.work.list_all("train") if f.rel.endswith(".parquet") and "/." not in f.rel]
+        files = parquet_files(ctx.work, "train")
         sizes = {rel: int(pc.sum(ctx.work.read_parquet(rel, ["chars"]).column("chars")).as_py() or 0) for rel in files}
         total = sum(sizes.values())
         if total == 0:
@@ -269,7 +267,7 @@ class Tokenization(Transform):
                 "train_chars": used.get("chars", 0), "files": len(files)}
 
     def plan_summary(self, results) -> dict:
-        tr = results.get("train", {}).get("00000")
+        tr = results.get("train", {}).get(ONCE)
         if not tr:
             return {}
         return {"tokenizer": "trained on the input", **{k: tr[k] for k in ("vocab_size", "train_docs", "train_chars")}}

@@ -197,8 +197,9 @@ def cmd_compile(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="prepline compile",
                                  description="Compile every component and pipeline into compiled/ and the Elyra catalog into "
                                              "elyra_templates/, every image from one registry and tag.")
-    ap.add_argument("--output", default=None, help="folder of the KFP files (default: the repo's compiled/)")
-    ap.add_argument("--elyra-output", default=None, help="folder of the Elyra catalog and templates (default: the repo's elyra_templates/)")
+    ap.add_argument("--output", default="compiled", help="folder of the KFP files (default: compiled/ in the current folder, e.g. the repository's)")
+    ap.add_argument("--elyra-output", default="elyra_templates",
+                    help="folder of the Elyra catalog and templates (default: elyra_templates/ in the current folder)")
     ap.add_argument("--registry", default=images.REGISTRY, help=f"image registry/prefix of the runtime images (default {images.REGISTRY})")
     ap.add_argument("--tag", default=images.VERSION, help=f"image tag (default {images.VERSION})")
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 when a generated file is stale")
@@ -206,12 +207,11 @@ def cmd_compile(argv: list[str]) -> int:
     from pathlib import Path
 
     from prepline.elyra import sync as sync_elyra
-    from prepline.kfp_cli import ROOT, sync_compiled
+    from prepline.kfp.compile import sync_compiled
 
     image_set = images.ImageSet(a.registry, a.tag)
-    diffs = sync_compiled(Path(a.output) if a.output else ROOT / "compiled", check=a.check, images=image_set)
-    diffs += [f"elyra {d}" for d in sync_elyra(Path(a.elyra_output) if a.elyra_output else ROOT / "elyra_templates", check=a.check,
-                                               images=image_set)]
+    diffs = sync_compiled(Path(a.output), check=a.check, images=image_set)
+    diffs += [f"elyra {d}" for d in sync_elyra(Path(a.elyra_output), check=a.check, images=image_set)]
     for d in diffs:
         print(d)
     if a.check and diffs:
@@ -238,7 +238,7 @@ def cmd_pipeline(argv: list[str]) -> int:
     a = ap.parse_args(argv)
     from pathlib import Path
 
-    from prepline.kfp_cli import TaskTimes, run_local, strip_ansi
+    from prepline.kfp.local import TaskTimes, run_local, strip_ansi
     from prepline.tables import print_run_counts, print_task_times
 
     if a.action == "list":
@@ -360,8 +360,8 @@ def cmd_clusters(argv: list[str]) -> int:
 
 
 def cmd_kfp(argv: list[str]) -> int:
-    """``prepline kfp upload|run|clone|wait|terminate|list|logs`` (see prepline.kfp_client); its own exit codes."""
-    from prepline.kfp_client import main as kfp_main
+    """``prepline kfp upload|run|clone|wait|terminate|list|logs`` (see prepline.kfp.cli); its own exit codes."""
+    from prepline.kfp.cli import main as kfp_main
 
     return kfp_main(argv)
 
@@ -478,8 +478,8 @@ def run_command(fn, argv: list[str], debug: bool = False) -> int:
     old = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() else None
     try:
         return fn(argv)
-    except (Exception, KeyboardInterrupt) as e:
-        logs.flush_repeats()  # noqa: BLE001 - the one place errors meet the user
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - the one place errors meet the user
+        logs.flush_repeats()  # the repeats counted so far, before the error
         if debug:
             import traceback
 

@@ -22,6 +22,8 @@ WORK = "_prepline"
 MARKERS = f"{WORK}/markers"
 #: the name of the final per-file map, after the transform's own phases
 FINAL = "final"
+#: the one task of a phase that runs once (its result's key in the phase results)
+ONCE = "once"
 
 _BAD_FILE_FIX = "re-export or remove the file, or pass --max-failed-files N to skip up to N bad files"
 #: the final map reads a file in batches of about this many bytes (uncompressed; PREPLINE_BATCH_MB

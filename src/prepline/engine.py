@@ -20,7 +20,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from prepline import metadata, registry
-from prepline.context import FINAL, MARKERS, WORK, PhaseContext, WorkerSpec
+from prepline.context import FINAL, MARKERS, ONCE, WORK, PhaseContext, WorkerSpec
 from prepline.data_access import FileInfo, LocalLocation, Location, inside, open_location
 from prepline.errors import (ConfigError, InputError, InternalError, Interrupted, OutputError, PreplineError, RunFailed,
                              ServiceError, ServiceUnavailable, os_error)
@@ -247,7 +247,18 @@ def _tracker(run: _Run, phase: Phase, keyed: dict[str, Any], done: dict[str, dic
 
 
 def _task_key(item: Any) -> str:
-    return item.rel if isinstance(item, FileTask) else f"{item:05d}"
+    if isinstance(item, FileTask):
+        return item.rel
+    return item if item == ONCE else f"{item:05d}"
+
+
+def _phase_items(run: _Run, phase: Phase, files: list[FileTask]) -> list[Any]:
+    """A phase's tasks: the input files, the shard numbers, or the one task of a ``once`` phase."""
+    if phase.over == "files":
+        return files
+    if phase.over == "once":
+        return [ONCE]
+    return list(range(run.transform.num_shards()))
 
 
 def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFactory | None) -> bool:
@@ -258,7 +269,7 @@ def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFa
         plan = run.transform.plan(run.results, live)
         live = [FileTask(t.path, t.rel, t.size, plan.file_extras.get(t.rel, {})) for t in live]
         state = plan.state
-    items: list[Any] = live if phase.over == "files" else list(range(run.transform.num_shards()))
+    items = _phase_items(run, phase, live)
     keyed = {_task_key(it): it for it in items}
     res = {k: v for k, v in _load_markers(run.out, phase.name).items() if k in keyed}
     if phase.name == FINAL:

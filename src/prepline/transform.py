@@ -28,10 +28,10 @@ from typing import Any, ClassVar, Iterator, Literal
 import pyarrow as pa
 
 from prepline.config import TransformConfig
-from prepline.context import FileTask, PhaseContext
+from prepline.context import ONCE, FileTask, PhaseContext
 from prepline.errors import InputError
 
-__all__ = ["Column", "FileTask", "Output", "Phase", "PhaseContext", "Plan", "Transform", "require_unique_ids"]
+__all__ = ["ONCE", "Column", "FileTask", "Output", "Phase", "PhaseContext", "Plan", "Transform", "require_unique_ids"]
 
 ColumnKind = Literal["string", "int64", "integer", "float", "list", "any"]
 
@@ -97,12 +97,15 @@ class Phase:
 
     ``over="files"``: ``Transform.<method>(task: FileTask, ctx)`` runs once per input file.
     ``over="shards"``: ``Transform.<method>(shard: int, ctx)`` runs once per shard.
+    ``over="once"``: ``Transform.<method>(ctx)`` runs once (e.g. connected components of all
+    edges, training a tokenizer on the samples of all files).
     Each returns a small JSON-able dict; the engine records it (the phase's completion marker)
-    and hands all results to :meth:`Transform.plan`.
+    and hands all results to :meth:`Transform.plan` (a ``once`` phase's under the key ``ONCE``).
+    Phases talk through files in ``ctx.work``: :mod:`prepline.sharded` writes and reads them.
     """
 
     name: str
-    over: Literal["files", "shards"]
+    over: Literal["files", "shards", "once"]
     method: str
 
 

@@ -45,7 +45,8 @@ class Worker:
                 result = process_file(self.transform, self.ctx, task, self.report)
             else:
                 phase = {p.name: p for p in self.transform.phases()}[self.spec.phase]
-                result = getattr(self.transform, phase.method)(task, self.ctx) or {}
+                method = getattr(self.transform, phase.method)
+                result = (method(self.ctx) if phase.over == "once" else method(task, self.ctx)) or {}
             result["seconds"] = round(time.perf_counter() - t0, 4)
             return result
         except PreplineError as e:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from prepline import stages
-from prepline.clusters import cluster_name
 from prepline.errors import ConfigError, RunFailed
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clusters"))
 
 
 def test_prepare_paths_and_names_per_run_stage_branch(tmp_path):
@@ -76,7 +81,30 @@ def test_check_output_never_trusts_the_job(tmp_path):
 
 
 def test_cluster_name_matches_between_start_and_exit_task():
-    assert stages.cluster_spec("{}", cluster_name(stages.run_key("abc/def"), "doc_id", "en")).name == cluster_name("abc-def", "doc_id", "en")
+    """The exit task gets only pipeline inputs, never start's output: stop must find the cluster that
+    start created from the same run id, stage and branch (the KubeRay fake holds the clusters)."""
+    from fake_kuberay import FakeKubeRay
+
+    run_id, stage = "abc/def-0123456789-abcdef-0123456789-abcdef-0123456789", "exact_dedup"
+    cluster_json = json.dumps({"image": "registry.example.com/prepline-ray:0.1.0", "workers": {"replicas": 1}})
+    with FakeKubeRay(ready_after=1, dashboard_lag=0) as fake:
+        provider_json = json.dumps({"server": fake.url, "poll_interval": 0.01, "backoff": 0.01, "backoff_max": 0.05, "job_access": "apiserver"})
+        args = dict(provider="kuberay", provider_json=provider_json, cluster_json=cluster_json, run_id=run_id, stage=stage)
+        # what prepare (its own pod, another interpreter and hash seed) names the clusters
+        code = ("import json, sys; from prepline import stages; a = json.loads(sys.argv[1]); print(json.dumps({b: stages.prepare("
+                "a['stage'], '{}', '/w', a['run_id'], a['stage'], branch=b, input_path='/i', cluster_json=a['cluster_json'])['cluster_name'] "
+                "for b in ('en', 'ja')}))")
+        r = subprocess.run([sys.executable, "-c", code, json.dumps({"stage": stage, "run_id": run_id, "cluster_json": cluster_json})],
+                           capture_output=True, text=True, check=True, timeout=120, env={**os.environ, "PYTHONHASHSEED": "7"})
+        planned = json.loads(r.stdout)
+        started = {b: stages.start(**args, branch=b, timeout=30) for b in ("en", "ja")}
+        assert started == planned and len(set(started.values())) == 2
+        assert sorted(name for _, name in fake.clusters) == sorted(started.values())
+        # the exit task of the en branch, with the overrides the stage was started with (none here)
+        assert stages.stop(**args, branch="en") is True
+        assert [name for _, name in fake.clusters] == [started["ja"]]  # the other branch's cluster is untouched
+        assert stages.stop(**args, branch="en") is False  # already gone: nothing else is deleted
+        assert stages.stop(**args, branch="ja") is True and not fake.clusters
 
 
 def test_summary_markdown():

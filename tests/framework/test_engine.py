@@ -1,4 +1,5 @@
-"""The engine: outputs independent of runtime and workers, conservation, bad input, tolerance."""
+"""The engine: metadata, conservation, bad input, tolerance (per transform, worker counts, runtimes and
+resume: tests/transforms/test_contract.py)."""
 
 from __future__ import annotations
 
@@ -20,27 +21,6 @@ def chain(src: Path, dst: Path, **opts) -> dict:
     return run_transform(
         "filter", {"criteria": ["len > 20", "contents NOT LIKE 'alpha%'"]}, RunOptions(str(dst / "dedup"), str(dst / "final"), **opts)
     ).metadata
-
-
-def test_output_identical_for_any_worker_count(tmp_path):
-    src = make_corpus(tmp_path / "in")
-    m1 = chain(src, tmp_path / "w1", workers=1)
-    m2 = chain(src, tmp_path / "w2", workers=2)
-    for stage in ("ids", "dedup", "final"):
-        a, b = tree_bytes(tmp_path / "w1" / stage), tree_bytes(tmp_path / "w2" / stage)
-        assert a and a == b, stage
-    timed = ("seconds", "work_seconds", "startup_seconds", "docs_per_second", "mb_per_second")
-    assert m1["totals"] == {**m2["totals"], **{k: m1["totals"][k] for k in timed}}
-
-
-@pytest.mark.ray
-@pytest.mark.slow
-def test_ray_runtime_gives_the_same_bytes(tmp_path, ray_session):
-    src = make_corpus(tmp_path / "in")
-    chain(src, tmp_path / "local", workers=1)
-    chain(src, tmp_path / "ray", runtime="ray", workers=2)
-    for stage in ("ids", "dedup", "final"):
-        assert tree_bytes(tmp_path / "local" / stage) == tree_bytes(tmp_path / "ray" / stage), stage
 
 
 def test_metadata_conserves_and_describes(tmp_path):
@@ -202,3 +182,13 @@ def test_a_file_failing_while_others_run_still_writes_metadata_and_a_clear_error
         run_transform("exact_dedup", {}, RunOptions(str(tmp_path / "in"), str(out), runtime=runtime, workers=2))
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["status"] == "failed" and list(meta["failures"]) == ["small.parquet"]
+
+
+def test_unfinished_run_with_other_parameters_is_not_mixed(tmp_path, corpus):
+    ids = tmp_path / "ids"
+    run_transform("doc_id", {}, RunOptions(str(corpus), str(ids)))
+    out = tmp_path / "out"
+    (out / "_prepline").mkdir(parents=True)
+    (out / "_prepline" / "run.json").write_text(json.dumps({"fingerprint": "something-else"}))
+    with pytest.raises(OutputError, match="unfinished run with other input or parameters"):
+        run_transform("exact_dedup", {}, RunOptions(str(ids), str(out)))

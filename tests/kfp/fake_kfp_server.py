@@ -590,12 +590,12 @@ def kfp_isolated(monkeypatch, tmp_path):
     """No KFP settings from the machine: env, ~/.config/kfp/context.json, the SA token path."""
     import kfp
 
-    from prepline import kfp_client as K
+    from prepline.kfp import connection as C
 
-    for k in (K.ENV_ENDPOINT, K.ENV_TOKEN, K.ENV_TOKEN_FILE, K.ENV_UI_ENDPOINT, "KUBERNETES_SERVICE_HOST"):
+    for k in (C.ENV_ENDPOINT, C.ENV_TOKEN, C.ENV_TOKEN_FILE, C.ENV_UI_ENDPOINT, "KUBERNETES_SERVICE_HOST"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setattr(kfp.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "kfp-context.json"))
-    monkeypatch.setattr(K, "SA_TOKEN_PATH", str(tmp_path / "no-sa-token"))
+    monkeypatch.setattr(C, "SA_TOKEN_PATH", str(tmp_path / "no-sa-token"))
 
 
 @pytest.fixture

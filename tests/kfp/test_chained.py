@@ -19,14 +19,15 @@ from fake_kfp_server import FakeKfp, kfp_isolated  # noqa: F401 (a fixture)
 from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from prepline import kfp_client as K
 from prepline.components.run_pipeline import run_pipeline
 from prepline.errors import ConfigError, RunFailed
-from prepline.kfp_cli import ROOT
+from prepline.kfp import cli as kfp_cli, client as K, connection as C
 from prepline.pipelines.factory import DEFAULT_LANGUAGES, default_overrides, super_stages
 from prepline.stages import prepare, stage_output
 
 pytestmark = pytest.mark.usefixtures("kfp_isolated")  # no KFP settings from this machine
+
+ROOT = Path(__file__).resolve().parents[2]
 
 COMPILED = ROOT / "compiled" / "pipelines"
 CHAINED = COMPILED / "super_chained.yaml"
@@ -151,11 +152,11 @@ def test_prepare_run_id_override_moves_paths_not_the_cluster():
 def _upload_all(fake):
     glob, branch = super_stages()
     for s in glob + branch:
-        assert K.main(["upload", str(COMPILED / f"{s}.yaml"), "--host", fake.url]) == 0
+        assert kfp_cli.main(["upload", str(COMPILED / f"{s}.yaml"), "--host", fake.url]) == 0
 
 
 def _start_parent(fake, *params) -> str:
-    kc = K.KfpClient(K.resolve_connection(fake.url))
+    kc = K.KfpClient(C.resolve_connection(fake.url))
     values = {"kfp_host": fake.url, "input_path": "s3://bucket/in", "work_root": "s3://bucket/work", **dict(p.split("=", 1) for p in params)}
     run = kc.start(package=str(CHAINED), values=values, experiment="chained", run_name="parent")
     return run.run_id
@@ -164,7 +165,7 @@ def _start_parent(fake, *params) -> str:
 def _walk(fake, parent_id: str, calls: list | None = None) -> list[str]:
     """Execute the compiled super_chained DAG like the KFP driver: resolve each run_pipeline task's
     inputs (constants, pipeline inputs, the loop item, the job-id placeholder) and run its body."""
-    kc = K.KfpClient(K.resolve_connection(fake.url))
+    kc = K.KfpClient(C.resolve_connection(fake.url))
     params = kc.effective_parameters(kc.get_run(parent_id))
     spec = _spec(CHAINED)
     child_ids = []
@@ -287,7 +288,7 @@ def test_run_pipeline_errors():
         old = Path(os.environ.get("TMPDIR", "/tmp")) / f"old-doc-id-{os.getpid()}.yaml"
         old.write_text(yaml.safe_dump_all(docs))
         try:
-            assert K.main(["upload", str(old), "--name", "doc-id", "--host", fake.url]) == 0
+            assert kfp_cli.main(["upload", str(old), "--name", "doc-id", "--host", fake.url]) == 0
         finally:
             old.unlink()
         parent = _start_parent(fake)
@@ -312,7 +313,7 @@ def test_run_pipeline_errors():
 def test_sigterm_on_the_step_terminates_the_child(tmp_path):
     """The parent is stopped (its step pod gets SIGTERM): the child run is terminated too."""
     with FakeKfp() as fake:
-        assert K.main(["upload", str(COMPILED / "doc_id.yaml"), "--host", fake.url]) == 0
+        assert kfp_cli.main(["upload", str(COMPILED / "doc_id.yaml"), "--host", fake.url]) == 0
         fake.outcomes["doc-id"] = "HANG"
         code = ("from prepline.components.run_pipeline import run_pipeline; "
                 f"run_pipeline.python_func(pipeline_name='doc-id', host='{fake.url}', poll_seconds=0, "
@@ -343,7 +344,7 @@ def test_component_runs_under_kfp_local(tmp_path):
     from kfp import dsl
 
     with FakeKfp() as fake:
-        assert K.main(["upload", str(COMPILED / "doc_id.yaml"), "--host", fake.url]) == 0
+        assert kfp_cli.main(["upload", str(COMPILED / "doc_id.yaml"), "--host", fake.url]) == 0
 
         @dsl.pipeline(name="drive")
         def drive(host: str, work_root: str):
@@ -368,9 +369,9 @@ def test_stage_pipelines_are_found_under_the_ui_name_and_the_compiled_name():
     its compiled name (doc-id: KFP pipeline names take no '_'); the chained pipeline asks for the file stem."""
     with FakeKfp() as fake:
         params = {"input_path": "/i", "work_root": "/w"}
-        assert K.main(["upload", str(COMPILED / "doc_id.yaml"), "--name", "doc_id", "--host", fake.url]) == 0  # as the UI does
+        assert kfp_cli.main(["upload", str(COMPILED / "doc_id.yaml"), "--name", "doc_id", "--host", fake.url]) == 0  # as the UI does
         rid = run_pipeline.python_func(pipeline_name="doc_id", parameters=params, host=fake.url, poll_seconds=0)
         assert fake.run(rid)["state"] == "SUCCEEDED"
-        assert K.main(["upload", str(COMPILED / "exact_dedup.yaml"), "--host", fake.url]) == 0  # named exact-dedup
+        assert kfp_cli.main(["upload", str(COMPILED / "exact_dedup.yaml"), "--host", fake.url]) == 0  # named exact-dedup
         rid = run_pipeline.python_func(pipeline_name="exact_dedup", parameters=params, host=fake.url, poll_seconds=0)
         assert fake.run(rid)["state"] == "SUCCEEDED"

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prepline import kfp_client as K
 from prepline.errors import ConfigError
-from prepline.kfp_cli import ROOT
+from prepline.kfp import cli as kfp_cli, client as K, connection as C
 
 from fake_kfp_server import FakeKfp, fake, kfp_isolated, validate  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.usefixtures("kfp_isolated")  # no KFP settings from this machine
+
+ROOT = Path(__file__).resolve().parents[2]
 
 DOC_ID = ROOT / "compiled" / "pipelines" / "doc_id.yaml"
 #: the compiled pipelines have no input/work defaults (cluster-ready: no /tmp): every run passes them
@@ -31,7 +32,7 @@ PREPLINE = Path(sys.executable).parent / "prepline"
 
 
 def kfp(capsys, *args) -> tuple[int, str, str]:
-    code = K.main([str(a) for a in args])
+    code = kfp_cli.main([str(a) for a in args])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -256,7 +257,7 @@ def test_kfp_sdk_wait_does_not_stop_on_canceled(fake, capsys):
     """Why we poll ourselves: kfp.Client.wait_for_run_completion runs into its timeout on CANCELED."""
     fake.outcomes["c"] = "CANCELED"
     rid = _start(fake, capsys, "--run-name", "c")
-    kc = K.KfpClient(K.resolve_connection(fake.url))
+    kc = K.KfpClient(C.resolve_connection(fake.url))
     assert K._run_state(kc.wait(rid, poll=0.01)) == "CANCELED"
     with pytest.raises(TimeoutError):
         kc.client.wait_for_run_completion(rid, timeout=0.5, sleep_duration=0.05)
@@ -369,9 +370,9 @@ def test_token_sources_and_auth_errors(capsys, tmp_path, monkeypatch):
         code, out, err = kfp(capsys, "list", "runs", "--host", fake.url, "--token", "wrong")
         assert code == K.EXIT_API and "401" in err and "the token came from --token" in err
         assert kfp(capsys, "list", "runs", "--host", fake.url, "--token", "s3cret")[0] == 0
-        monkeypatch.setenv(K.ENV_TOKEN, "s3cret")
+        monkeypatch.setenv(C.ENV_TOKEN, "s3cret")
         assert kfp(capsys, "list", "runs", "--host", fake.url)[0] == 0
-        monkeypatch.delenv(K.ENV_TOKEN)
+        monkeypatch.delenv(C.ENV_TOKEN)
         tf = tmp_path / "token"
         tf.write_text("s3cret\n")
         assert kfp(capsys, "list", "runs", "--host", fake.url, "--token-file", tf)[0] == 0
@@ -380,8 +381,8 @@ def test_token_sources_and_auth_errors(capsys, tmp_path, monkeypatch):
         # the in-cluster service-account token, re-read on each request (it rotates)
         sa = tmp_path / "sa-token"
         sa.write_text("s3cret")
-        monkeypatch.setattr(K, "SA_TOKEN_PATH", str(sa))
-        kc = K.KfpClient(K.resolve_connection(fake.url))
+        monkeypatch.setattr(C, "SA_TOKEN_PATH", str(sa))
+        kc = K.KfpClient(C.resolve_connection(fake.url))
         assert kc.conn.token_file == str(sa) and kc.client.list_runs().total_size == 0
         assert fake.requests[-1]["headers"]["authorization"] == "Bearer s3cret"
         fake.token = "rotated"
@@ -440,15 +441,15 @@ def test_silent_server_times_out(capsys):
 
 def test_resolve_connection():
     with pytest.raises(ConfigError, match="no Kubeflow Pipelines host"):
-        K.resolve_connection(env={})
-    assert K.resolve_connection(env={K.ENV_ENDPOINT: "http://kfp:8888/"}).host == "http://kfp:8888"
-    assert K.resolve_connection("localhost:8888", env={}).host == "http://localhost:8888"
-    assert K.resolve_connection("kubeflow.example.com/pipeline", env={}).host == "https://kubeflow.example.com/pipeline"
-    c = K.resolve_connection(env={"KUBERNETES_SERVICE_HOST": "10.0.0.1", K.ENV_TOKEN: " t "}, namespace="team")
-    assert c.host == K.IN_CLUSTER_HOST and c.token == "t" and c.namespace == "team" and c.token_source == "$KF_PIPELINES_TOKEN"
-    assert K.resolve_connection("http://h", token="a", env={K.ENV_TOKEN: "b"}).token == "a"
+        C.resolve_connection(env={})
+    assert C.resolve_connection(env={C.ENV_ENDPOINT: "http://kfp:8888/"}).host == "http://kfp:8888"
+    assert C.resolve_connection("localhost:8888", env={}).host == "http://localhost:8888"
+    assert C.resolve_connection("kubeflow.example.com/pipeline", env={}).host == "https://kubeflow.example.com/pipeline"
+    c = C.resolve_connection(env={"KUBERNETES_SERVICE_HOST": "10.0.0.1", C.ENV_TOKEN: " t "}, namespace="team")
+    assert c.host == C.IN_CLUSTER_HOST and c.token == "t" and c.namespace == "team" and c.token_source == "$KF_PIPELINES_TOKEN"
+    assert C.resolve_connection("http://h", token="a", env={C.ENV_TOKEN: "b"}).token == "a"
     with pytest.raises(ConfigError, match="not an http"):
-        K.resolve_connection("ftp://h", env={})
+        C.resolve_connection("ftp://h", env={})
 
 
 def test_json_errors_on_stdout(capsys):

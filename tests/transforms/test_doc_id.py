@@ -14,7 +14,7 @@ from prepline.errors import ConfigError
 
 def test_doc_ids_dense_unique_and_sorted_by_file(tmp_path):
     src = make_corpus(tmp_path / "in")
-    run_transform("doc_id", {"start_id": 100}, RunOptions(str(src), str(tmp_path / "o"), workers=2))
+    run_transform("doc_id", {"start_id": 100}, RunOptions(str(src), str(tmp_path / "o"), workers=1))
     ids = []
     for rel in sorted(tree_bytes(tmp_path / "o")):
         ids += pq.read_table(tmp_path / "o" / rel).column("doc_id").to_pylist()

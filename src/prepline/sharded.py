@@ -1,0 +1,132 @@
+"""Sharded multi-phase work: the files through which the phases of a global transform talk.
+
+A global transform (exact and fuzzy dedup, the trained tokenizer) runs phases before its final
+per-file map (:class:`prepline.transform.Phase`): a map over the input files, a reduce over hash
+shards, or one task that runs once. Phases talk through files under the stage's work folder
+(``ctx.work``), so each phase resumes from its completion markers. Two kinds of files:
+
+* **Partitioned files** (:func:`write_partitioned`, :func:`read_partition`): what a producer task
+  sends to the tasks of a shard phase. A producer writes *one* Arrow IPC file holding one record
+  batch per shard it has rows for (the batch index is in the schema metadata); the task of shard
+  ``s`` reads only batch ``s`` of every file under a prefix, through the storage layer's random
+  access (:meth:`prepline.data_access.Location.open_input`: memory-mapped locally, range reads
+  through fsspec elsewhere). So no task holds more than its shard, a producer writes one file whatever the shard count,
+  and reading a shard costs no Parquet decoding.
+* **Parquet results** (:func:`read_all`, :func:`read_range`): what a phase leaves for the plan or
+  the final map (duplicate keys, edges, clusters). :func:`read_range` reads only the row groups
+  of an id-sorted file whose statistics overlap the wanted ids.
+
+Rows go to shards by a hash (:func:`shard_of_ids` for ids, :func:`shard_of_keys` for keys that are
+hashes already), never by order of arrival: every layout here depends only on the data, so the
+output is the same for any runtime and worker count.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from prepline.data_access import Location
+from prepline.minhash import mix64
+
+__all__ = ["parquet_files", "read_all", "read_partition", "read_range", "shard_of_ids", "shard_of_keys", "write_partitioned"]
+
+#: schema metadata key of a partitioned file: {"<shard>": <record batch index>}
+_INDEX_KEY = b"prepline.shards"
+PARTITIONED_SUFFIX = ".arrow"
+
+
+def shard_of_ids(ids: np.ndarray, shards: int) -> np.ndarray:
+    """The shard of each id (hashed, so consecutive ids spread over the shards)."""
+    return (mix64(np.asarray(ids).astype(np.int64).view(np.uint64)) % np.uint64(shards)).astype(np.int64)
+
+
+def shard_of_keys(keys: np.ndarray, shards: int) -> np.ndarray:
+    """The shard of each key that is a hash already (uint64): its remainder."""
+    return (np.asarray(keys, dtype=np.uint64) % np.uint64(shards)).astype(np.int64)
+
+
+def _split_by(table: pa.Table, shard: np.ndarray) -> list[tuple[int, pa.Table]]:
+    """(shard, rows of that shard) for each shard present, rows in their original order."""
+    if table.num_rows == 0:
+        return []
+    order = np.argsort(shard, kind="stable")
+    s = shard[order]
+    cuts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    ends = np.r_[cuts[1:], len(s)]
+    table = table.take(pa.array(order))
+    return [(int(s[c]), table.slice(c, e - c)) for c, e in zip(cuts, ends)]
+
+
+def write_partitioned(loc: Location, rel: str, table: pa.Table, shard: np.ndarray) -> int:
+    """Write ``table`` (row ``i`` to shard ``shard[i]``) as one partitioned file at ``rel``
+    (which should end with ``.arrow``). Nothing is written for an empty table. Returns the number
+    of shards written."""
+    parts = _split_by(table, shard)
+    if not parts:
+        return 0
+    index = {str(s): i for i, (s, _) in enumerate(parts)}
+    schema = table.schema.with_metadata({_INDEX_KEY: json.dumps(index).encode()})
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, schema, options=ipc.IpcWriteOptions(compression="lz4")) as w:
+        for _, part in parts:
+            w.write_batch(pa.RecordBatch.from_arrays([col.combine_chunks() for col in part.columns], schema=schema))
+    loc.write_bytes(rel, sink.getvalue().to_pybytes())
+    return len(parts)
+
+
+def _visible(rel: str, suffix: str) -> bool:
+    return rel.endswith(suffix) and not rel.rsplit("/", 1)[-1].startswith(".")
+
+
+def read_partition(loc: Location, prefix: str, shard: int) -> pa.Table | None:
+    """The rows of ``shard`` from every partitioned file under ``prefix`` (None: no rows)."""
+    batches = []
+    for f in loc.list_all(prefix):
+        if not _visible(f.rel, PARTITIONED_SUFFIX):
+            continue
+        reader = ipc.open_file(loc.open_input(f.rel, f.size))
+        i = json.loads(reader.schema.metadata[_INDEX_KEY]).get(str(shard))
+        if i is not None:
+            batch = reader.get_batch(i)
+            if batch.num_rows:
+                batches.append(batch)
+    if not batches:
+        return None
+    return pa.Table.from_batches(batches).replace_schema_metadata(None)
+
+
+def parquet_files(loc: Location, prefix: str) -> list[str]:
+    """The Parquet files under ``prefix`` (temp files left out), sorted."""
+    return [f.rel for f in loc.list_all(prefix) if _visible(f.rel, ".parquet")]
+
+
+def read_all(loc: Location, prefix: str) -> pa.Table | None:
+    """Every row of the Parquet files under ``prefix``, in path order (None: no rows)."""
+    tables = [t for t in (loc.read_parquet(rel) for rel in parquet_files(loc, prefix)) if t.num_rows]
+    return pa.concat_tables(tables) if tables else None
+
+
+def read_range(loc: Location, rel: str, lo: int, hi: int, column: str = "id") -> pa.Table | None:
+    """Rows of a Parquet file sorted by ``column`` with ``lo <= column <= hi``: only the row groups
+    whose statistics overlap are read. None when the file does not exist or nothing overlaps."""
+    try:
+        pf = loc.parquet_file(rel)
+    except (FileNotFoundError, OSError):
+        return None
+    md = pf.metadata
+    col = pf.schema_arrow.get_field_index(column)
+    groups = []
+    for i in range(md.num_row_groups):
+        st = md.row_group(i).column(col).statistics
+        if st is not None and st.has_min_max and (st.max < lo or st.min > hi):
+            continue
+        groups.append(i)
+    if not groups:
+        return None
+    t = pf.read_row_groups(groups)
+    v = t.column(column).to_numpy()
+    return t.filter(pa.array((v >= lo) & (v <= hi)))
