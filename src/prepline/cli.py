@@ -307,7 +307,8 @@ def cmd_report(argv: list[str]) -> int:
     ap.add_argument("run", help="the run folder, <work_root>/<run id> (a local path or s3:// URI)")
     ap.add_argument("--output", default=None, help="where to write the HTML (default: <run>/report.html)")
     a = ap.parse_args(argv)
-    from prepline.report import stage_metadata, write_report
+    from prepline.report import write_report
+    from prepline.runs import stage_metadata
 
     if not stage_metadata(a.run):
         raise ConfigError(f"{a.run} holds no stage metadata.json (<stage>/metadata.json or lang=<code>/<stage>/metadata.json)",

@@ -16,77 +16,17 @@ writes it for a run folder, ``prepline pipeline run --local`` at the end of ever
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
 from prepline import charts
 from prepline.data_access import Location, open_location
+from prepline.runs import METADATA, StageRun, as_location, stage_metadata, training
 
 REPORT_FILE = "report.html"
-METADATA = "metadata.json"
-TRAIN_DIR = "fine_tune"
 #: languages drawn one by one in the language mix; the rest are summed as "other languages"
 TOP_LANGUAGES = 12
-
-
-@dataclass
-class StageRun:
-    """One stage's metadata.json in a run folder."""
-
-    stage: str
-    branch: str  # '' outside the per-language branches
-    rel: str  # folder relative to the run folder, e.g. 'lang=en/filter'
-    meta: dict
-
-    @property
-    def row(self) -> str:
-        return f"{self.stage} ({self.branch})" if self.branch else self.stage
-
-
-def _as_location(run: str | Path | Location) -> Location:
-    return run if isinstance(run, Location) else open_location(str(run))
-
-
-def stage_metadata(run: str | Path | Location) -> list[StageRun]:
-    """Every stage of a run folder in pipeline order: the stages before the branches by start
-    time, then each branch's stages by start time (branches by name)."""
-    loc = _as_location(run)
-    found = []
-    for f in loc.list_all():
-        parts = f.rel.split("/")
-        if parts[-1] != METADATA or len(parts) not in (2, 3) or any(p.startswith(("_", ".")) for p in parts):
-            continue
-        if len(parts) == 3 and not parts[0].startswith("lang="):
-            continue
-        text = loc.read_text(f.rel)
-        try:
-            meta = json.loads(text or "")
-        except ValueError:
-            continue
-        if not isinstance(meta, dict) or "totals" not in meta:
-            continue
-        branch = parts[0].removeprefix("lang=") if len(parts) == 3 else ""
-        found.append(StageRun(parts[-2], branch, "/".join(parts[:-1]), meta))
-    return sorted(found, key=lambda s: (s.branch != "", s.branch, s.meta.get("started") or "", s.stage))
-
-
-def training(run: str | Path | Location) -> tuple[dict | None, list[dict]]:
-    """The fine-tune summary (metrics.json) and its steps (metrics.jsonl), when the run trained."""
-    loc = _as_location(run)
-    summary = loc.read_text(f"{TRAIN_DIR}/metrics.json")
-    steps_text = loc.read_text(f"{TRAIN_DIR}/metrics.jsonl") or ""
-    steps = []
-    for ln in steps_text.splitlines():
-        try:
-            rec = json.loads(ln)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("step"), int) and isinstance(rec.get("loss"), (int, float)):
-            steps.append(rec)
-    return (json.loads(summary) if summary else None), steps
 
 
 # ----------------------------------------------------------------------------------------------
@@ -210,7 +150,7 @@ def _cards(stages: list[StageRun], train: dict | None) -> str:
 def render(run: str | Path | Location, relative_links: bool = True) -> str:
     """The report of a run folder as one HTML page. ``relative_links``: the page sits in the run
     folder (links to metadata.json are relative); else they are the files' full URIs."""
-    loc = _as_location(run)
+    loc = as_location(run)
     stages = stage_metadata(loc)
     train, steps = training(loc)
     run_id = loc.uri.rstrip("/").rsplit("/", 1)[-1]
@@ -251,7 +191,7 @@ def run_folder(work_root: str, run_id: str) -> str:
 
 def write_report(run: str | Path | Location, output: str | None = None) -> str:
     """Write the report of run folder ``run`` to ``output`` (default: ``<run>/report.html``); returns where."""
-    loc = _as_location(run)
+    loc = as_location(run)
     if output is None:
         loc.write_bytes(REPORT_FILE, render(loc, relative_links=True).encode("utf-8"))
         return loc.path(REPORT_FILE)

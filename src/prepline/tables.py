@@ -3,7 +3,6 @@ and where its time went. All of them read metadata.json (or kfp.local's task tim
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 
@@ -90,7 +89,7 @@ def print_run_counts(stages_root: Path, since: float = 0.0) -> Path | None:
     the run folder."""
     from rich.table import Table
 
-    from prepline.report import stage_metadata
+    from prepline.runs import stage_metadata, training
 
     run_dir = newest_run_dir(stages_root, since)
     if run_dir is None:
@@ -107,9 +106,8 @@ def print_run_counts(stages_root: Path, since: float = 0.0) -> Path | None:
                   f"{tot.get('docs_out', 0):,}", removed_cell(s.meta), f"{tot.get('seconds', 0):.1f}")
     _console().print(t)
     _console().print(f"(from the metadata.json of each stage under {run_dir})")
-    metrics = run_dir / "fine_tune" / "metrics.json"
-    if metrics.exists():
-        mt = json.loads(metrics.read_text())
+    mt = training(run_dir)[0]
+    if mt:
         _console().print(f"fine_tune: {mt.get('steps')} steps, loss {mt.get('initial_loss', 0):.2f} → {mt.get('final_loss', 0):.2f}, "
                          f"{mt.get('tokens_seen', 0):,} tokens at {mt.get('tokens_per_s', 0):,.0f}/s; model in {mt.get('output', run_dir / 'fine_tune')}")
     return run_dir

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from prepline import report
+from prepline import report, runs
 from prepline.engine import RunOptions, run_transform
 
 FILTER = {"criteria": ["length(contents) >= 120", "contents NOT LIKE '%http%'"], "criteria_labels": ["long enough", "no links"],
@@ -60,7 +60,7 @@ def _bars(html: str, chart: str) -> dict[tuple[str, str], float]:
 def test_report_numbers_are_the_stages_metadata(run_dir):
     metas = _metas(run_dir)
     html = Path(report.write_report(run_dir)).read_text()
-    stages = report.stage_metadata(run_dir)
+    stages = runs.stage_metadata(run_dir)
     assert [s.rel for s in stages] == ["doc_id", "exact_dedup", "lang_id", "lang=en/filter", "lang=en/tokenization",
                                        "lang=ja/filter", "lang=ja/tokenization"]
     funnel = _bars(html, "chart-funnel")
