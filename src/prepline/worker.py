@@ -39,10 +39,13 @@ class Worker:
         t0 = time.perf_counter()
         try:
             if self.spec.phase == FINAL:
+                setup = 0.0
                 if not self._ready:
-                    self.transform.setup(self.ctx)
-                    self._ready = True
+                    self.transform.setup(self.ctx)  # models load here, once per worker: start-up, not work
+                    self._ready, setup = True, time.perf_counter() - t0
                 result = process_file(self.transform, self.ctx, task, self.report)
+                if setup:
+                    result["setup_seconds"] = round(setup, 4)
             else:
                 phase = {p.name: p for p in self.transform.phases()}[self.spec.phase]
                 method = getattr(self.transform, phase.method)

@@ -59,7 +59,8 @@ def dispatch(backend: Backend, tasks: list, on_result: OnResult, retries: int = 
     A task whose worker died runs again, at most ``retries`` times. Returns False as soon as
     ``on_result`` does (the tasks still running are cancelled). ``stats["retried"]`` counts the reruns;
     ``stats["worker_start_seconds"]`` is how long the first task waited for its worker (process or
-    actor start, not the task's own time), once per executor.
+    actor start) plus its worker's setup (``setup_seconds``: loading a model), not the task's own
+    work, once per executor.
     """
     t0 = time.perf_counter()
     pending = list(range(len(tasks)))[::-1]  # indices: tasks need not be hashable
@@ -79,7 +80,8 @@ def dispatch(backend: Backend, tasks: list, on_result: OnResult, retries: int = 
             except WorkerLost as e:
                 r = {"error": f"{task_label(tasks[i])}: {e}", "fix": backend.lost_fix, "kind": "worker_lost", "worker_lost": True}
             if stats is not None and "worker_start_seconds" not in stats and "seconds" in r:
-                stats["worker_start_seconds"] = round(max(0.0, time.perf_counter() - t0 - float(r["seconds"])), 3)
+                work = float(r["seconds"]) - float(r.get("setup_seconds", 0.0))
+                stats["worker_start_seconds"] = round(max(0.0, time.perf_counter() - t0 - work), 3)
             if r.get("kind") in RETRIED:
                 tries[i] += 1
                 if tries[i] <= retries:
