@@ -14,6 +14,9 @@ WIDTH = 760
 ROW = 20
 LABEL_W = 190
 RIGHT_PAD = 90
+#: a legend line's height, and the longest name a legend entry shows whole
+LEGEND_LINE = 18
+LEGEND_CHARS = 70
 
 
 def fmt(v: float) -> str:
@@ -34,16 +37,22 @@ def nice_max(v: float) -> float:
     return 10 * p
 
 
-def _legend(series: list[str], colors: dict[str, str], y: float) -> str:
-    out, x = [f'<g class="legend" transform="translate({LABEL_W},{y})">'], 0.0
+def _legend(series: list[str], colors: dict[str, str], y: float) -> tuple[str, float]:
+    """The legend above a chart, wrapped to the chart's width (a long name, e.g. a filter's SQL, is
+    cut with an ellipsis; the full name stays in ``data-series`` and the tooltip); its height."""
+    out, x, line_y = [f'<g class="legend" transform="translate({LABEL_W},{y})">'], 0.0, 0.0
+    room = WIDTH - LABEL_W
     for s in series:
-        w = 28 + 7 * len(s)
-        out.append(f'<g class="legend-item" data-series="{escape(s)}" transform="translate({x:.0f},0)" tabindex="0">'
-                   f'<rect class="hit" x="-2" y="-2" width="{w - 6}" height="16" fill="#fff" fill-opacity="0"/>'
-                   f'<rect width="12" height="12" fill="{colors[s]}"/><text x="16" y="10">{escape(s)}</text></g>')
+        text = s if len(s) <= LEGEND_CHARS else s[:LEGEND_CHARS - 1] + "…"
+        w = 28 + 7 * len(text)
+        if x and x + w - 6 > room:
+            x, line_y = 0.0, line_y + LEGEND_LINE
+        out.append(f'<g class="legend-item" data-series="{escape(s)}" transform="translate({x:.0f},{line_y:.0f})" tabindex="0">'
+                   f'<title>{escape(s)}</title><rect class="hit" x="-2" y="-2" width="{w - 6}" height="16" fill="#fff" fill-opacity="0"/>'
+                   f'<rect width="12" height="12" fill="{colors[s]}"/><text x="16" y="10">{escape(text)}</text></g>')
         x += w
     out.append("</g>")
-    return "".join(out)
+    return "".join(out), line_y + LEGEND_LINE - 2
 
 
 def _svg(chart_id: str, title: str, height: float, series: list[str], body: str) -> str:
@@ -71,12 +80,13 @@ def hbars(chart_id: str, title: str, rows: list[tuple[str, dict[str, float]]], s
     colors = {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(series)}
     per_row = 1 if stacked else max(1, len(series))
     row_h = ROW * per_row + 8
-    top = 26
+    legend, legend_h = _legend(series, colors, 4)
+    top = 4 + legend_h + 6
     totals = [sum(v.values()) if stacked else max(v.values(), default=0) for _, v in rows]
     vmax = nice_max(max(totals, default=0))
     x0, x1 = LABEL_W, WIDTH - RIGHT_PAD
     bottom = top + row_h * len(rows)
-    parts = [_legend(series, colors, 4), _axis(x0, x1, top, bottom, vmax, unit)]
+    parts = [legend, _axis(x0, x1, top, bottom, vmax, unit)]
     for r, (label, values) in enumerate(rows):
         y = top + r * row_h + 4
         parts.append(f'<text class="row-label" x="{x0 - 6}" y="{y + row_h / 2 + 1:.1f}" text-anchor="end">{escape(label)}</text>')
@@ -116,7 +126,7 @@ def line(chart_id: str, title: str, points: list[tuple[float, float]], series: s
     def py(y: float) -> float:
         return bottom - (bottom - top) * (y - ymin) / (ymax - ymin)
 
-    parts = [_legend([series], colors, 4)]
+    parts = [_legend([series], colors, 4)[0]]
     for i in range(5):
         v = ymin + (ymax - ymin) * i / 4
         parts.append(f'<line class="grid" x1="{x0}" x2="{x1}" y1="{py(v):.1f}" y2="{py(v):.1f}"/>'

@@ -1,8 +1,9 @@
 """The run report: its numbers against the stages' metadata.json (no browser), the command, and the
-page opened in a real headless Chromium (tests/framework/test_report_browser.py uses the same run)."""
+same run's page opened in a real headless Chromium (tests/chromium.py)."""
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import re
@@ -108,6 +109,25 @@ def test_removed_samples_sit_next_to_the_output(run_dir):
     assert sampled_ids and not out_ids & sampled_ids
 
 
+def test_long_legend_names_wrap_inside_the_chart():
+    """A filter's SQL as a series name: the legend wraps to the chart's width, cuts what no line
+    holds, keeps the whole name in data-series, and the bars start below it."""
+    from prepline import charts
+
+    names = ["exact_duplicate", "length(trim(contents)) >= 20", "dq_gopher_pass", "(lang <> 'en' OR hap_score < 0.9)", "x" * 120]
+    svg = charts.hbars("c", "removed", [("filter (en)", {n: 1 for n in names})], names, stacked=True)
+    items = re.findall(r'<g class="legend-item" data-series="([^"]*)" transform="translate\((\d+),(\d+)\)".*?<text x="16" y="10">([^<]*)</text>',
+                       svg)
+    assert [html.unescape(i[0]) for i in items] == names
+    for _, x, _, shown in items:
+        shown = html.unescape(shown)
+        assert int(x) + 28 + 7 * len(shown) - 6 <= charts.WIDTH - charts.LABEL_W
+    lines = sorted({int(y) for _, _, y, _ in items})
+    assert len(lines) >= 3 and items[-1][3].endswith("…") and len(items[-1][3]) == charts.LEGEND_CHARS
+    first_bar = float(re.search(r'<rect class="bar"[^>]* y="([\d.]+)"', svg).group(1))
+    assert first_bar > 4 + lines[-1] + 16
+
+
 def test_report_command_refuses_a_folder_without_stages(tmp_path, capsys):
     from prepline.cli import main
 
@@ -115,7 +135,6 @@ def test_report_command_refuses_a_folder_without_stages(tmp_path, capsys):
     assert "holds no stage metadata.json" in capsys.readouterr().err
 
 
-CHROMIUM = "/usr/bin/chromium"
 #: what each chart must show: its series (legend) and row labels that must be there
 CHARTS = {
     "chart-funnel": (["in", "out"], ["doc_id", "exact_dedup", "lang_id", "filter (en)", "tokenization (ja)"]),
@@ -124,60 +143,35 @@ CHARTS = {
     "chart-time": (["work", "start-up"], ["doc_id", "filter (ja)"]),
     "chart-loss": (["loss"], []),
 }
-_READ_CHARTS = """() => Array.from(document.querySelectorAll('svg.chart')).map(svg => ({
-  id: svg.id,
-  width: svg.getBoundingClientRect().width, height: svg.getBoundingClientRect().height,
-  legend: Array.from(svg.querySelectorAll('.legend-item')).map(e => e.getAttribute('data-series')),
-  rows: Array.from(svg.querySelectorAll('.row-label')).map(e => e.textContent),
-  marks: Array.from(svg.querySelectorAll('rect.bar, path.series')).filter(e => {
-    const b = e.getBBox(); return b.width > 0 && b.height >= 0 && (b.width * Math.max(b.height, 1)) > 0; }).length,
-  series: Array.from(new Set(Array.from(svg.querySelectorAll('rect.bar, path.series')).map(e => e.getAttribute('data-series')))),
-}))"""
 
 
 @pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.browser
 def test_report_opens_in_headless_chromium_without_errors(run_dir, tmp_path):
-    """The page in Debian's Chromium (headless, DevTools protocol through Playwright): no JavaScript or
-    console error, every chart drawn with its series and labels, a screenshot kept in test-artifacts/."""
-    import shutil
+    """The page in Debian's Chromium (tests/chromium.py): no JavaScript or console error, nothing
+    fetched, every chart drawn with its series and labels, a legend click hiding its series, a
+    screenshot kept in test-artifacts/report.png."""
+    from chromium import READ_CHARTS, keep, open_page
 
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).is_file(), "chromium is missing: scripts/setup.sh installs it (apt-get install -y chromium)"
     page_file = Path(report.write_report(run_dir))
-    problems: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, viewport={"width": 1100, "height": 900},
-            args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"])
-        try:
-            page = browser.new_page()
-            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
-            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            page.on("request", lambda r: problems.append(f"fetched {r.url}") if not r.url.startswith(("file:", "data:")) else None)
-            page.goto(page_file.as_uri(), wait_until="load")
-            charts = {c["id"]: c for c in page.evaluate(_READ_CHARTS)}
-            assert page.get_attribute("body", "data-charts") == "5"  # the page's own script ran to its end
-            # a click on a legend entry hides that series (and only it)
-            page.click("#chart-funnel .legend-item[data-series='in']")
-            hidden = page.evaluate("() => Array.from(document.querySelectorAll('#chart-funnel rect.bar')).filter(e => "
-                                   "getComputedStyle(e).display === 'none').map(e => e.getAttribute('data-series'))")
-            page.click("#chart-funnel .legend-item[data-series='in']")
-            page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
-        finally:
-            browser.close()
-    artifacts = Path(__file__).resolve().parents[2] / "test-artifacts"
-    artifacts.mkdir(exist_ok=True)
-    shutil.copy(tmp_path / "report.png", artifacts / "report.png")
-    shutil.copy(page_file, artifacts / "report.html")
+    with open_page(tmp_path / "profile") as (page, problems):
+        page.goto(page_file.as_uri(), wait_until="load")
+        charts = {c["id"]: c for c in page.evaluate(READ_CHARTS)}
+        assert page.get_attribute("body", "data-charts") == "5"  # the page's own script ran to its end
+        # a click on a legend entry hides that series (and only it)
+        page.click("#chart-funnel .legend-item[data-series='in']")
+        hidden = page.evaluate("() => Array.from(document.querySelectorAll('#chart-funnel rect.bar')).filter(e => "
+                               "getComputedStyle(e).display === 'none').map(e => e.getAttribute('data-series'))")
+        page.click("#chart-funnel .legend-item[data-series='in']")
+        page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    keep(tmp_path / "report.png", "report.png")
+    keep(page_file, "report.html")
     assert problems == []
     assert set(charts) == set(CHARTS)
     for cid, (series, rows) in CHARTS.items():
         c = charts[cid]
-        assert c["width"] > 300 and c["height"] > 100, c
+        assert c["width"] > 300 and c["height"] > 100 and c["outside"] == [], c
         assert c["marks"] > 0 and sorted(c["series"]) == sorted(series) and c["legend"] == series, c
         assert set(rows) <= set(c["rows"]), c
     assert hidden and set(hidden) == {"in"}

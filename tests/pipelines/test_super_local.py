@@ -15,6 +15,7 @@ import pytest
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.browser
 def test_super_pipeline_end_to_end(tmp_path):
     env = dict(os.environ, PREPLINE_LOCAL_CLUSTERS=str(tmp_path / "clusters"), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     train = {"mixed_tokenizers": "separate", "steps": 8, "seq_len": 64, "batch_size": 4, "checkpoint_every": 0}
@@ -53,6 +54,46 @@ def test_super_pipeline_end_to_end(tmp_path):
     assert 'data-series="loss" data-points="8"' in page
     (artifact,) = [p for p in (tmp_path / "w" / "kfp").rglob("report") if p.parent.name.startswith("run-report")]
     assert charts(artifact.read_text()) == charts(page)
+    steps_carry_their_counters(tmp_path / "w" / "kfp", meta)
+    opens_in_chromium(run / "report.html", tmp_path)
+
+
+def steps_carry_their_counters(kfp_root, meta: dict) -> None:
+    """Every execute step's Markdown and Metrics (as kfp.local wrote them) carry its transform's
+    headline numbers from the stage's metadata.json: 14 steps, 9 transforms."""
+    seen = set()
+    for out in kfp_root.rglob("execute-ray-job*/executor_output.json"):
+        arts = json.loads(out.read_text())["artifacts"]
+        md = (out.parent / "summary").read_text()
+        head = re.match(r"## (\w+)(?: \((\w+)\))?: success", md)
+        key = f"lang={head.group(2)}/{head.group(1)}" if head.group(2) else head.group(1)
+        metrics = arts["metrics"]["artifacts"][0]["metadata"]
+        items = [h for h in meta[key]["headline"] if not h["key"].startswith("removed.")]
+        assert items or meta[key]["totals"]["removed"], key
+        for h in items:
+            cell = h["label"].replace("|", "\\|").replace("`", "\\`")  # as a Markdown cell
+            assert f"| {cell} | {h['value']:,} |" in md and metrics[h["label"]] == h["value"], (key, h)
+        assert metrics["work_seconds"] == meta[key]["totals"]["work_seconds"] and "| work seconds |" in md
+        seen.add(key)
+    assert len(seen) == 14
+
+
+def opens_in_chromium(page_file, tmp_path) -> None:
+    """The run's report in headless Chromium: no error, the five charts drawn with the run's stages,
+    branches and loss; its screenshot kept as test-artifacts/report-super.png."""
+    from chromium import READ_CHARTS, keep, open_page
+
+    with open_page(tmp_path / "profile") as (page, problems):
+        page.goto(page_file.as_uri(), wait_until="load")
+        drawn = {c["id"]: c for c in page.evaluate(READ_CHARTS)}
+        page.screenshot(path=str(tmp_path / "report-super.png"), full_page=True)
+    keep(tmp_path / "report-super.png", "report-super.png")
+    assert problems == []
+    assert set(drawn) == {"chart-funnel", "chart-removed", "chart-languages", "chart-time", "chart-loss"}
+    assert all(c["marks"] > 0 and c["width"] > 300 and c["outside"] == [] for c in drawn.values()), drawn  # long SQL legends wrap
+    rows = drawn["chart-funnel"]["rows"]
+    assert len(rows) == 14 and {"doc_id", "lang_id", "filter (en)", "tokenization (ja)"} <= set(rows) and drawn["chart-time"]["rows"] == rows
+    assert {"en", "ja"} <= set(drawn["chart-languages"]["rows"]) and drawn["chart-loss"]["series"] == ["loss"]
 
 
 def charts(page: str) -> dict[str, str]:
