@@ -141,7 +141,11 @@ def test_super_pipeline_nests_every_stage_with_a_per_language_loop():
     # the fan-in: fine_tune after the whole loop, reading the run's token shards by path
     ft = root["fine-tune"]
     assert ft["dependentTasks"] == [loop_name] and ft["inputs"]["parameters"]["run_id"] == _JOB_ID
-    assert sorted(root) == sorted([s.replace("_", "-") for s in glob] + [loop_name, "fine-tune"])
+    # the run's HTML report last, after fine_tune, from the run's folder (pipeline inputs and the job id)
+    rep = root["run-report"]
+    assert rep["dependentTasks"] == ["fine-tune"] and rep["inputs"]["parameters"]["run_id"] == _JOB_ID
+    assert rep["inputs"]["parameters"]["work_root"] == {"componentInputParameter": "work_root"}
+    assert sorted(root) == sorted([s.replace("_", "-") for s in glob] + [loop_name, "fine-tune", "run-report"])
     assert json.loads(spec["root"]["inputDefinitions"]["parameters"]["overrides_json"]["defaultValue"]) == default_overrides()
 
 
