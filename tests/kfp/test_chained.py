@@ -125,8 +125,12 @@ def test_compiled_structure_matches_the_super_pipeline():
     # the closing fan-in of the super pipeline is a step of the parent, on the parent's run id
     if branch and branch[-1] == "tokenization" and glob and glob[-1] == "lang_id":
         (ft,) = [n for n in order if root[n].task_info.name == "fine_tune"]
-        assert list(root[ft].dependent_tasks) == [loop_name] and order[-1] == ft
+        assert list(root[ft].dependent_tasks) == [loop_name] and order[-2] == ft
         assert root[ft].inputs.parameters["run_id"].runtime_value.constant.string_value == "{{$.pipeline_job_uuid}}"
+        # ... and then the run's report, over the same run folder
+        (rep,) = [n for n in order if root[n].task_info.name == "run report"]
+        assert list(root[rep].dependent_tasks) == [ft] and order[-1] == rep
+        assert root[rep].inputs.parameters["run_id"].runtime_value.constant.string_value == "{{$.pipeline_job_uuid}}"
     # the KFP token reaches every run_pipeline step from a secret named by a pipeline parameter, optionally
     platform = {k: v for k, v in _docs(CHAINED)[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"].items()
                 if k.startswith("exec-run-pipeline")}
