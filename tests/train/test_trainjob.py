@@ -21,9 +21,8 @@ from prepline.engine import RunOptions, run_transform
 from prepline.errors import ConfigError
 from prepline.stages import stage_output
 from prepline.train.step import fine_tune, plan
+from prepline.train.k8s import K8s, KubernetesError
 from prepline.train.trainjob import (
-    K8s,
-    KubernetesError,
     TrainJobFailed,
     TrainJobOptions,
     TrainJobTimeout,
@@ -243,8 +242,6 @@ def test_unknown_runtime_is_a_clear_error_and_nothing_is_created(fake, tmp_path)
 
 def test_the_trainer_webhook_refuses_a_missing_runtime_and_reserved_env(fake):
     """Even without our check first, the cluster refuses (as Trainer's webhook does): the error says why."""
-    from prepline.train.trainjob import K8s
-
     k = K8s(fake.kc)
     m = trainjob_manifest("pl-x", "default", ["/in"], "/out", TRAIN, _opts(fake, runtime="torch-nope"))
     with pytest.raises(ConfigError, match="torch-nope.*must be created before the TrainJob is created"):
