@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 
+from prepline import logs
 from prepline.context import WorkerSpec
 from prepline.errors import ConfigError, RunFailed
 from prepline.progress import SEND_INTERVAL, Report
@@ -61,7 +62,7 @@ class RayExecutor:
         self._collector.start()
 
     def _actor(self):
-        return self._actor_cls.options(num_cpus=self.cpus_per_worker).remote(self._box, os.environ.get("PREPLINE_LOG_FORMAT", ""))
+        return self._actor_cls.options(num_cpus=self.cpus_per_worker).remote(self._box, os.environ.get(logs.ENV_FORMAT, ""))
 
     def _collect(self) -> None:
         while not self._stop.wait(SEND_INTERVAL):
@@ -204,8 +205,6 @@ class ProgressBox:
 
 class _RayWorker:
     def __init__(self, box=None, log_format: str = ""):
-        from prepline import logs
-
         if log_format:
             os.environ.setdefault(logs.ENV_FORMAT, log_format)
         logs.setup_worker()
@@ -220,8 +219,6 @@ class _RayWorker:
         return os.getpid()
 
     def flush_logs(self) -> None:
-        from prepline import logs
-
         logs.flush_repeats()
 
     def run(self, spec: WorkerSpec, task) -> dict:
