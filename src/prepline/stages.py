@@ -21,6 +21,7 @@ from prepline import logs, progress, registry
 from prepline.stage_params import check_overrides
 from prepline.clusters import ClusterSpec, NodeGroup, cluster_name, get_provider
 from prepline.clusters.base import LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE
+from prepline.clusters.http import Unavailable
 from prepline.data_access import open_location
 from prepline.errors import ConfigError, PreplineError, RunFailed
 
@@ -228,9 +229,8 @@ def execute(
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     p = _provider(provider, provider_json)
     cmd = entrypoint(transform, config_json, input_path, output_path, workers, max_failed_files)
-    jobs = p.job_client(spec.name, spec.namespace)
     t0 = time.monotonic()
-    job_id = jobs.submit(cmd)
+    jobs, job_id = _submit(p, spec, cmd)
     where = f"{stage}{'/' + branch if branch else ''}"
     log.info("%s: job %s on %s: %s", where, job_id, spec.name, cmd)
 
@@ -256,6 +256,28 @@ def one_line(meta: dict) -> str:
     if headline_text(meta):
         parts.append(headline_text(meta))
     return "; ".join(parts + [time_text(t)])
+
+
+#: times a stage's head that stopped answering before its job started is brought back (recover)
+HEAD_RECOVERIES = 2
+
+
+def _submit(p, spec: ClusterSpec, cmd: str, timeout: float = 900):
+    """Submit the stage's job. A head that no longer answers at submission (it died, e.g. its
+    dashboard crashed on a loaded machine) is brought back by the provider and the job submitted
+    again: nothing of it ran yet, so that is safe. A head lost while the job runs fails the step
+    (the rerun resumes)."""
+    recoveries = 0
+    while True:
+        jobs = p.job_client(spec.name, spec.namespace)
+        try:
+            return jobs, jobs.submit(cmd)
+        except Unavailable as e:
+            recoveries += 1
+            if recoveries > HEAD_RECOVERIES:
+                raise
+            log.warning("cluster %s: the Ray head did not answer (%s); bringing it back", spec.name, e.message.splitlines()[0][:200])
+            p.recover(spec.name, spec.namespace, timeout)
 
 
 def check_output(output_path: str, max_failed_files: int, stage: str = "") -> dict:

@@ -11,6 +11,7 @@ SIGKILL): never ``ray stop``, which would kill every Ray of the user.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import secrets
@@ -24,11 +25,14 @@ import time
 import urllib.error
 import urllib.request
 from contextlib import ExitStack
+from dataclasses import asdict
 from pathlib import Path
 
-from prepline.clusters.base import TERMINAL, ClusterError, ClusterInfo, ClusterProvider, ClusterSpec
+from prepline.clusters.base import TERMINAL, ClusterError, ClusterInfo, ClusterProvider, ClusterSpec, NodeGroup
 from prepline.clusters.ray_jobs import RayJobClient
 from prepline.metadata import now_iso
+
+_log = logging.getLogger("prepline")
 
 
 def state_dir() -> Path:
@@ -163,6 +167,7 @@ class LocalProvider(ClusterProvider):
         st = {
             "name": spec.name, "namespace": spec.namespace, "pgid": proc.pid, "ports": ports, "temp_dir": temp,
             "labels": dict(spec.labels), "created": now_iso(), "log": str(Path(temp) / "head.log"), "token": token,
+            "spec": asdict(spec),  # to start the same head again (recover)
         }
         path = self._path(spec.name)
         path.touch(mode=0o600)
@@ -187,6 +192,20 @@ class LocalProvider(ClusterProvider):
                 pass
             time.sleep(0.5)
         raise ClusterError(f"local Ray head {name} not ready after {timeout or self.start_timeout:.0f}s", f"see {st['log']}")
+
+    def recover(self, name: str, namespace: str = "default", timeout: float | None = None) -> ClusterInfo:
+        """A head that died (its processes gone, e.g. its dashboard crashed on a loaded machine) is
+        started again from the spec it was created with, on fresh ports; one that is alive is waited for."""
+        st = self._load(name)
+        if st is None:
+            raise ClusterError(f"no local Ray cluster named {name}", "start it first (start_ray_cluster)")
+        if not _alive(st) and "spec" in st:
+            s = dict(st["spec"])
+            spec = ClusterSpec(**{**s, "head": NodeGroup(**s["head"]), "workers": NodeGroup(**s["workers"])})
+            log_tail = Path(st["log"]).read_text(errors="replace")[-500:] if Path(st["log"]).exists() else ""
+            _log.warning("local Ray head %s is gone; starting it again (its log ended with: %s)", name, log_tail.strip()[-200:])
+            self.create(spec)
+        return self.wait_ready(name, namespace, timeout)
 
     def delete(self, name: str, namespace: str = "default") -> bool:
         st = self._load(name)
