@@ -66,6 +66,23 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(d, ensure_ascii=False, default=str)
 
 
+def line(logger: str, message: str, level: int = logging.INFO) -> str:
+    """One line as prepline's loggers write it, in this process's format (text or JSON)."""
+    try:
+        fmt = log_format()
+    except ConfigError:
+        fmt = "text"
+    record = logging.LogRecord(logger, level, "", 0, message, None, None)
+    return (JsonFormatter() if fmt == "json" else TextFormatter()).format(record)
+
+
+def say(out: TextIO | None, logger: str, message: str, level: int = logging.INFO) -> None:
+    """Write one prepline log line to ``out`` (default stdout): for steps whose output is a stream
+    handed in (a fine-tune step, a chained child run), so their lines read like every other
+    prepline line, and ``pipeline run --local`` shows them."""
+    print(line(logger, message, level), file=out or sys.stdout, flush=True)
+
+
 def is_prepline_line(line: str) -> bool:
     """True for a line prepline's own loggers wrote (either format)."""
     s = line.lstrip()
