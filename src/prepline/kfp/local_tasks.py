@@ -83,6 +83,9 @@ def task_output(verbose: bool = False) -> Iterator[None]:
     from kfp.local import subprocess_task_handler as handler
 
     original, rule = handler.run_local_subprocess, logging_utils.print_horizontal_line
+    # kfp/local/logging_utils.py indented_print swaps builtins.print per task and puts back what it
+    # found: two ParallelFor iterations at once can leave an indenting print in place after the run
+    real_print = builtins.print
     hide = _HideKfpInfo()
 
     def run_local_subprocess(full_command, env_vars=None):
@@ -101,4 +104,5 @@ def task_output(verbose: bool = False) -> Iterator[None]:
             yield
         finally:
             handler.run_local_subprocess, logging_utils.print_horizontal_line = original, rule
+            builtins.print = real_print
             logging.getLogger().removeFilter(hide)
