@@ -26,8 +26,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# pipeline order and the stage whose output each stage reads (default: the previous one)
-DEFAULT_ORDER = ["doc_id", "exact_dedup", "fuzzy_dedup", "lang_id", "doc_quality", "pii_redactor", "hap", "filter", "tokenization"]
+
+def default_order() -> list[str]:
+    """The shipped super pipeline's stage order (its spec), without ingest (the corpus is Parquet)."""
+    from prepline.pipelines.spec import INGEST, shipped
+
+    return [n for n in shipped().order() if n != INGEST]
 
 
 def load_specs() -> dict[str, dict]:
@@ -106,7 +110,8 @@ def main() -> int:
     from prepline import registry
 
     specs = load_specs()
-    order = [n for n in DEFAULT_ORDER if n in registry.names()] + [n for n in registry.names() if n not in DEFAULT_ORDER]
+    pipeline_order = default_order()
+    order = [n for n in pipeline_order if n in registry.names()] + [n for n in registry.names() if n not in pipeline_order]
     wanted = [n for n in args.only.split(",") if n] or order
     rows = []
     sizes = [args.docs] + [int(s) for s in args.memory_sizes.split(",") if s and int(s) != args.docs]

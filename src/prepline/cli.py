@@ -203,15 +203,20 @@ def cmd_compile(argv: list[str]) -> int:
     ap.add_argument("--registry", default=images.REGISTRY, help=f"image registry/prefix of the runtime images (default {images.REGISTRY})")
     ap.add_argument("--tag", default=images.VERSION, help=f"image tag (default {images.VERSION})")
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 when a generated file is stale")
+    ap.add_argument("--builtins-only", action="store_true",
+                    help="leave installed plug-in transforms out (what the repository's compiled/ and elyra_templates/ hold)")
     a = ap.parse_args(argv)
     from pathlib import Path
 
-    from prepline.elyra import sync as sync_elyra
+    from prepline.elyra_pipeline import sync as sync_elyra
     from prepline.kfp.compile import sync_compiled
 
     image_set = images.ImageSet(a.registry, a.tag)
-    diffs = sync_compiled(Path(a.output), check=a.check, images=image_set)
-    diffs += [f"elyra {d}" for d in sync_elyra(Path(a.elyra_output), check=a.check, images=image_set)]
+    plugins = not a.builtins_only
+    diffs = sync_compiled(Path(a.output), check=a.check, images=image_set, plugins=plugins)
+    diffs += [f"elyra {d}" for d in sync_elyra(Path(a.elyra_output), check=a.check, images=image_set, plugins=plugins)]
+    if plugins and (found := sorted(set(registry.names()) - set(registry.builtin_names()))):
+        print("plug-ins included: " + ", ".join(f"{n} ({registry.origin(n).distribution})" for n in found))
     for d in diffs:
         print(d)
     if a.check and diffs:
@@ -223,81 +228,9 @@ def cmd_compile(argv: list[str]) -> int:
 
 
 def cmd_pipeline(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="prepline pipeline", description="List pipelines or run one locally (kfp.local + local Ray).")
-    sub = ap.add_subparsers(dest="action", required=True)
-    sub.add_parser("list", help="the pipelines (one per transform, and 'super')")
-    r = sub.add_parser("run", help="run a pipeline")
-    r.add_argument("name", help="pipeline name: a transform or 'super'")
-    r.add_argument("--local", action="store_true", required=True, help="run on this machine with kfp.local (the only mode here; use `prepline kfp run` for a KFP server)")
-    r.add_argument("--input", default=None, help="input folder of Parquet files (default: build the bundled sample)")
-    r.add_argument("--work-root", default="runs/pipeline", help="where stage outputs go (default: runs/pipeline)")
-    r.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a pipeline parameter (JSON values allowed); repeat")
-    r.add_argument("--sample-docs", type=int, default=None, help="size of the sample built when --input is not given")
-    r.add_argument("--timings-json", default="", help="also write each task's duration and the per-kind summary here")
-    r.add_argument("--verbose", action="store_true", help="show every task's whole log (kfp's executor lines too), not only prepline's lines")
-    a = ap.parse_args(argv)
-    from pathlib import Path
+    from prepline.pipeline_cli import cmd_pipeline as run
 
-    from prepline.kfp.local import TaskTimes, run_local, strip_ansi
-    from prepline.tables import print_run_counts, print_task_times
-
-    if a.action == "list":
-        from prepline.pipelines.factory import pipelines
-
-        for n in sorted(pipelines()):
-            print(n)
-        return 0
-    work = Path(a.work_root).resolve()
-    # the compiled defaults are for a cluster: a local run passes its local values explicitly
-    # (a local Ray head per stage, local paths); --param may still override them
-    args: dict[str, Any] = {"work_root": str(work / "stages"), "provider": "local", "provider_json": "{}"}
-    if a.input:
-        args["input_path"] = str(Path(a.input).resolve()) if "://" not in a.input else a.input
-    else:
-        from prepline.sample import build_sample
-
-        sample = work / "sample"
-        if not (sample / "_truth" / "summary.json").exists():
-            info = build_sample(str(sample), docs=a.sample_docs)
-            _console().print(f"sample: {info['docs']:,} docs at {sample}")
-        args["input_path"] = str(sample)
-    for kv in a.param:
-        k, _, v = kv.partition("=")
-        if not _:
-            raise ConfigError(f"--param {kv!r} is not NAME=VALUE", "e.g. --param languages='[\"en\",\"ja\"]'")
-        try:
-            args[k] = json.loads(v)
-        except json.JSONDecodeError:
-            args[k] = v
-        if isinstance(args[k], (dict,)) or (k.endswith("_json") and not isinstance(args[k], str)):
-            args[k] = json.dumps(args[k])
-    times = TaskTimes()
-    started = time.time()
-    try:
-        secs = run_local(a.name, args, str(work / "kfp"), times, verbose=a.verbose)
-    except RuntimeError as e:  # kfp.local's "pipeline finished with status FAILURE ..."
-        msg = strip_ansi(str(e))
-        _report(print_run_counts(work / "stages", started))  # what the stages up to the failure did
-        raise RunFailed(msg, f"see the failing task's log above (every task's log: task.log in its folder under {work / 'kfp'})") from None
-    print_task_times(times, secs)
-    report = _report(print_run_counts(work / "stages", started))
-    if a.timings_json:
-        Path(a.timings_json).write_text(json.dumps({"pipeline": a.name, "seconds": secs, "by_kind": times.by_kind(),
-                                                    "stage_overhead_seconds": times.stage_overhead(), "tasks": times.tasks}, indent=2))
-    _console().print(f"[bold]{a.name}[/]: succeeded in {secs:,.0f}s; stage outputs and metadata.json under {work / 'stages'}, "
-                     f"each KFP task's outputs and log (task.log) under {work / 'kfp'}")
-    if report:
-        print(f"report: {report}", flush=True)  # never wrapped: a path to copy
-    return 0
-
-
-def _report(run_dir) -> str | None:
-    """Write the run report into the run folder; its path (None when the run wrote no stage)."""
-    if run_dir is None:
-        return None
-    from prepline.report import write_report
-
-    return write_report(run_dir)
+    return run(argv)
 
 
 def cmd_report(argv: list[str]) -> int:
@@ -415,7 +348,7 @@ COMMANDS = {
     "sample": (cmd_sample, "build the sample corpus"),
     "compile": (cmd_compile, "compile the KFP components and pipelines into compiled/"),
     "clusters": (cmd_clusters, "list or sweep leftover Ray clusters by label and age"),
-    "pipeline": (cmd_pipeline, "list pipelines, or run one locally (kfp.local + local Ray)"),
+    "pipeline": (cmd_pipeline, "list pipelines, compile a pipeline spec, or run one locally (kfp.local + local Ray)"),
     "tokens": (cmd_tokens, "train one tokenizer for every branch; print Megatron's --data-path of token outputs"),
     "report": (cmd_report, "write the HTML report of a pipeline run from its run folder"),
     "kfp": (cmd_kfp, "operate a KFP server: upload, run, clone, wait, list, logs (CI-friendly, --json)"),

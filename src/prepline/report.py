@@ -6,7 +6,8 @@ lines of inline script, no network fetch) that sums a pipeline run up from what 
 - the language mix (lang_id's split or counts),
 - time and throughput per stage: the work apart from the start-up (connecting to Ray, workers),
 - the training loss per step (``fine_tune/metrics.jsonl``),
-- every stage's headline numbers and a link to its ``metadata.json``.
+- every stage's headline numbers and a link to its ``metadata.json``,
+- the accounting of every document (``conservation.json``), when the run has one.
 
 It reads a run folder ``<work_root>/<run id>/`` (a local path or an ``s3://`` URI): each
 ``[lang=<code>/]<stage>/metadata.json`` and ``fine_tune/metrics.json(l)``. ``prepline report``
@@ -147,6 +148,15 @@ def _cards(stages: list[StageRun], train: dict | None) -> str:
                                              for k, v in cards) + "</div>"
 
 
+def _accounting(loc: Location) -> str:
+    """The run's accounting of every document (a spec pipeline's check_documents step), if it has one."""
+    from prepline.tables import accounting_lines
+
+    lines = accounting_lines(loc)
+    return (f"<section id=\"accounting\"><h2>Every document accounted for</h2><pre>{escape(chr(10).join(lines))}</pre></section>"
+            if lines else "")
+
+
 def render(run: str | Path | Location, relative_links: bool = True) -> str:
     """The report of a run folder as one HTML page. ``relative_links``: the page sits in the run
     folder (links to metadata.json are relative); else they are the files' full URIs."""
@@ -173,7 +183,7 @@ def render(run: str | Path | Location, relative_links: bool = True) -> str:
     ]
     body = [f"<h1>prepline run {escape(run_id)}</h1>",
             f"<div class=\"muted\">{escape(loc.uri)} · written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}</div>",
-            _cards(stages, train)]
+            _cards(stages, train), _accounting(loc)]
     for title, svg in sections:
         body.append(f"<section><h2>{escape(title)}</h2>{svg}</section>")
     body.append(f"<section><h2>Stages</h2>{_stage_table(stages, loc.uri, relative_links)}</section>")

@@ -1,7 +1,8 @@
 """A pipeline run's folder as its stages wrote it, ``<work_root>/<run id>/`` (a local path or an
-``s3://`` URI): each ``[lang=<code>/]<stage>/metadata.json`` and the training metrics under
-``fine_tune/``. Read by the run report (:mod:`prepline.report`) and the command line's tables
-(:mod:`prepline.tables`).
+``s3://`` URI): each ``[lang=<code>/]<stage>/metadata.json``, the training metrics under
+``fine_tune/``, and what a spec pipeline's steps wrote: the run's plan (``plan.json``, whose
+stage order the rows follow) and its accounting of every document (``conservation.json``). Read
+by the run report (:mod:`prepline.report`) and the command line's tables (:mod:`prepline.tables`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from prepline.data_access import Location, open_location
 
 METADATA = "metadata.json"
 TRAIN_DIR = "fine_tune"
+PLAN = "plan.json"
+CONSERVATION = "conservation.json"
 
 
 @dataclass
@@ -34,10 +37,31 @@ def as_location(run: str | Path | Location) -> Location:
     return run if isinstance(run, Location) else open_location(str(run))
 
 
+def _json(loc: Location, rel: str) -> dict | None:
+    try:
+        d = json.loads(loc.read_text(rel) or "null")
+    except ValueError:
+        return None
+    return d if isinstance(d, dict) else None
+
+
+def stage_order(run: str | Path | Location) -> dict[str, int]:
+    """The stages in the order of the run's plan (``plan.json``); empty without one."""
+    plan = _json(as_location(run), PLAN) or {}
+    names = [e.get("stage") for e in plan.get("entries") or [] if isinstance(e, dict)]
+    return {s: i for i, s in enumerate(dict.fromkeys(n for n in names if n))}
+
+
+def conservation(run: str | Path | Location) -> dict | None:
+    """The run's accounting of every document (``conservation.json``), when a check_documents step wrote one."""
+    return _json(as_location(run), CONSERVATION)
+
+
 def stage_metadata(run: str | Path | Location) -> list[StageRun]:
-    """Every stage of a run folder in pipeline order: the stages before the branches by start
-    time, then each branch's stages by start time (branches by name)."""
+    """Every stage of a run folder in pipeline order: the stages before the branches, then each
+    branch's stages (branches by name); in the order of the run's plan, else by start time."""
     loc = as_location(run)
+    order = stage_order(loc)
     found = []
     for f in loc.list_all():
         parts = f.rel.split("/")
@@ -54,7 +78,7 @@ def stage_metadata(run: str | Path | Location) -> list[StageRun]:
             continue
         branch = parts[0].removeprefix("lang=") if len(parts) == 3 else ""
         found.append(StageRun(parts[-2], branch, "/".join(parts[:-1]), meta))
-    return sorted(found, key=lambda s: (s.branch != "", s.branch, s.meta.get("started") or "", s.stage))
+    return sorted(found, key=lambda s: (s.branch != "", s.branch, order.get(s.stage, len(order)), s.meta.get("started") or "", s.stage))
 
 
 def training(run: str | Path | Location) -> tuple[dict | None, list[dict]]:

@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 
 from prepline import logs, progress, registry
-from prepline.stage_params import check_overrides
+from prepline.stage_params import check_overrides, deep_merge
 from prepline.clusters import ClusterSpec, NodeGroup, cluster_name, get_provider
 from prepline.clusters.base import LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE
 from prepline.clusters.http import Unavailable
@@ -53,20 +53,22 @@ def stage_output(work_root: str, run_id: str, stage: str, branch: str = "") -> s
     return "/".join(parts)
 
 
-def stage_overrides(overrides_json: str, stage: str) -> tuple[dict, dict]:
-    """(params, cluster) overrides of one stage from ``{"<stage>": {"params": {...}, "cluster": {...}}}``."""
+def stage_overrides(overrides_json: str, stage: str, branch: str = "") -> tuple[dict, dict]:
+    """(params, cluster) overrides of one stage, its branch's merged over its own, from
+    ``{"<stage>": {"params": {...}, "cluster": {...}, "branches": {"<branch>": {...}}}}``."""
     o = _json("overrides_json", overrides_json, {})
     s = o.get(stage, {})
-    if not isinstance(s, dict) or set(s) - {"params", "cluster"}:
-        raise ConfigError(f"overrides_json[{stage!r}] must be an object with 'params' and/or 'cluster'",
+    if not isinstance(s, dict) or set(s) - {"params", "cluster", "branches"}:
+        raise ConfigError(f"overrides_json[{stage!r}] must be an object with 'params', 'cluster' and/or 'branches'",
                           '{"filter": {"params": {"criteria": ["..."]}, "cluster": {"workers": {"replicas": 4}}}}')
-    return dict(s.get("params", {})), dict(s.get("cluster", {}))
+    b = s.get("branches", {}).get(branch, {}) if branch else {}
+    return deep_merge(s.get("params", {}), b.get("params", {})), deep_merge(s.get("cluster", {}), b.get("cluster", {}))
 
 
-def _merged_cluster(cluster_json: str, overrides_json: str, stage: str) -> str:
+def _merged_cluster(cluster_json: str, overrides_json: str, stage: str, branch: str = "") -> str:
     base = _json("cluster_json", cluster_json, {})
-    extra = stage_overrides(overrides_json, stage)[1]
-    return json.dumps({**base, **extra})
+    extra = stage_overrides(overrides_json, stage, branch)[1]
+    return json.dumps(deep_merge(base, extra))  # workers: {replicas: 4} keeps the workers' cpu and memory
 
 
 def prepare(
@@ -82,12 +84,18 @@ def prepare(
     cluster_json: str = "",
     overrides_json: str = "",
     run_id_override: str = "",
+    from_plan: bool = False,
 ) -> dict:
     """Validate everything a stage needs before any cluster starts; return its plan.
 
     Input: ``input_path`` for a first stage; else the output of ``input_stage`` in this run (in
     the same branch), or with ``input_from_split`` its ``lang=<branch>`` sub-folder (the stage
-    after lang_id's split).
+    after lang_id's split). With ``from_plan``, input, parameters and cluster come from the run's
+    plan.json instead (:mod:`prepline.pipelines.plan`), which may also say that the stage does
+    not run for this branch: then ``{"run": False, "reason": ...}``.
+
+    A parameter value ``run:<stage>`` becomes that stage's output folder in this run (e.g.
+    ``"tokenizer": "run:tokenizer"``: the run's shared tokenizer).
 
     ``run_id_override`` (when not empty) replaces ``run_id`` in the input and output paths only: a
     stage started as a child run of an SDK-chained super pipeline reads and writes under its
@@ -95,29 +103,65 @@ def prepare(
     """
     if not work_root:
         raise ConfigError("work_root is empty", "pass the folder or s3:// URI where stage outputs go")
-    check_overrides(overrides_json)  # every stage's, so that a bad one fails in the first step
-    params = {**_json("params_json", params_json, {}), **stage_overrides(overrides_json, stage)[0]}
-    cfg = registry.get(transform).Config.from_params(params)  # a bad parameter fails here
-    cluster_json = _merged_cluster(cluster_json, overrides_json, stage)
     data_run = run_id_override or run_id
-    if input_stage:
-        if input_from_split:
-            src = f"{stage_output(work_root, data_run, input_stage)}/lang={branch}"
-        else:
-            src = stage_output(work_root, data_run, input_stage, branch)
-    elif input_path:
-        src = input_path
+    if from_plan:
+        from prepline.pipelines.plan import entry, read_plan
+
+        e = entry(read_plan(work_root, data_run), stage, branch)
+        if not e["runs"]:
+            log.info("%s%s does not run: %s", stage, f" ({branch})" if branch else "", e.get("reason", ""))
+            return {"run": False, "reason": e.get("reason", ""), "stage": stage, "branch": branch}
+        params, cluster_json, src = e["params"], json.dumps(e["cluster"]), e["input"]
     else:
-        raise ConfigError(f"stage {stage}: no input", "pass input_path (first stage) or input_stage")
+        check_overrides(overrides_json)  # every stage's, so that a bad one fails in the first step
+        params = {**_json("params_json", params_json, {}), **stage_overrides(overrides_json, stage, branch)[0]}
+        cluster_json = _merged_cluster(cluster_json, overrides_json, stage, branch)
+        src = _input(work_root, data_run, stage, branch, input_path, input_stage, input_from_split)
+    params = run_refs(params, work_root, data_run)
+    cfg = registry.get(transform).Config.from_params(params)  # a bad parameter fails here
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     return {
+        "run": True,
         "transform": transform,
+        "stage": stage,
+        "branch": branch,
+        "run_id": run_id,
         "config_json": json.dumps(cfg.to_dict(), sort_keys=True, default=list),
         "input_path": src,
         "output_path": stage_output(work_root, data_run, stage, branch),
+        "cluster_json": cluster_json,
         "cluster_name": spec.name,
         "workers": workers_for(spec, _json("cluster_json", cluster_json, {}).get("cpus_per_worker", 1.0)),
     }
+
+
+def _input(work_root: str, data_run: str, stage: str, branch: str, input_path: str, input_stage: str, from_split: bool) -> str:
+    if input_stage:
+        if from_split:
+            return f"{stage_output(work_root, data_run, input_stage)}/lang={branch}"
+        return stage_output(work_root, data_run, input_stage, branch)
+    if input_path:
+        return input_path
+    raise ConfigError(f"stage {stage}: no input", "pass input_path (first stage) or input_stage")
+
+
+#: a parameter value naming a folder of this run: ``run:<stage>`` (e.g. run:tokenizer)
+RUN_REF = "run:"
+
+
+def run_refs(params: dict, work_root: str, run_id: str) -> dict:
+    """``run:<stage>`` string values replaced by that stage's output folder in the run."""
+    import re
+
+    out = {}
+    for k, v in params.items():
+        if isinstance(v, str) and v.startswith(RUN_REF):
+            name = v[len(RUN_REF):]
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+                raise ConfigError(f"parameter {k}={v!r}: {name!r} is not a stage of the run", f"e.g. {k}=run:tokenizer")
+            v = stage_output(work_root, run_id, name)
+        out[k] = v
+    return out
 
 
 def cluster_spec(cluster_json: str, name: str, run_id: str = "", stage: str = "", branch: str = "") -> ClusterSpec:
@@ -171,7 +215,7 @@ def with_defaults(spec: ClusterSpec, cluster_json: str, image: str = "", s3_secr
 def start(provider: str, provider_json: str, cluster_json: str, run_id: str, stage: str, branch: str = "", timeout: float = 900,
           overrides_json: str = "", image: str = "", s3_secret_name: str = "") -> str:
     logs.ensure()
-    cluster_json = _merged_cluster(cluster_json, overrides_json, stage)
+    cluster_json = _merged_cluster(cluster_json, overrides_json, stage, branch)
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     spec = with_defaults(spec, cluster_json, image, s3_secret_name)
     p = _provider(provider, provider_json)
@@ -225,7 +269,7 @@ def execute(
     """Run the transform as a Ray job, stream its logs, and check what it wrote. The metadata returned
     also has ``job``: its id and the seconds from submission to its end (as this step saw them)."""
     logs.ensure()
-    cluster_json = _merged_cluster(cluster_json, overrides_json, stage)
+    cluster_json = _merged_cluster(cluster_json, overrides_json, stage, branch)
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     p = _provider(provider, provider_json)
     cmd = entrypoint(transform, config_json, input_path, output_path, workers, max_failed_files)
@@ -297,14 +341,30 @@ def check_output(output_path: str, max_failed_files: int, stage: str = "") -> di
     return meta
 
 
-def stop(provider: str, provider_json: str, cluster_json: str, run_id: str, stage: str, branch: str = "", overrides_json: str = "") -> bool:
-    """The exit task: delete the stage's cluster; fail loudly if that fails."""
+def stop(provider: str, provider_json: str, cluster_json: str, run_id: str, stage: str, branch: str = "", overrides_json: str = "",
+         work_root: str = "", from_plan: bool = False, run_id_override: str = "") -> bool:
+    """The exit task: delete the stage's cluster; fail loudly if that fails. Its settings (namespace)
+    come from the run's plan with ``from_plan`` (from cluster_json when the plan cannot be read:
+    the cluster must go whatever happened before)."""
     logs.ensure()
-    cluster_json = _merged_cluster(cluster_json, overrides_json, stage)
+    cluster_json = _stop_cluster_json(cluster_json, overrides_json, stage, branch, work_root, from_plan, run_id_override or run_id)
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     existed = _provider(provider, provider_json).delete(spec.name, spec.namespace)
     log.info("cluster %s %s", spec.name, "deleted" if existed else "was already gone")
     return existed
+
+
+def _stop_cluster_json(cluster_json: str, overrides_json: str, stage: str, branch: str, work_root: str, from_plan: bool,
+                       data_run: str) -> str:
+    if not from_plan:
+        return _merged_cluster(cluster_json, overrides_json, stage, branch)
+    from prepline.pipelines.plan import entry, read_plan
+
+    try:
+        return json.dumps(entry(read_plan(work_root, data_run), stage, branch).get("cluster", {}))
+    except (PreplineError, ValueError, KeyError) as e:
+        log.warning("%s: the run's plan cannot be read (%s); stopping the cluster with cluster_json's settings", stage, e)
+        return cluster_json
 
 
 def _md(text: str) -> str:
@@ -352,6 +412,12 @@ def metrics_of(meta: dict) -> dict[str, float]:
     if meta.get("job"):
         m["job_seconds"] = meta["job"]["seconds"]
     return {k: float(v) for k, v in m.items()}
+
+
+
+
+def skipped_markdown(prepared: dict) -> str:
+    return f"## {prepared['stage']}{' (' + prepared['branch'] + ')' if prepared.get('branch') else ''}: not run\n\n{prepared.get('reason', '')}\n"
 
 
 __all__ = ["prepare", "start", "execute", "stop", "check_output", "stage_output", "summary_markdown", "metrics_of", "PreplineError"]

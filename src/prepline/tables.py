@@ -85,8 +85,8 @@ def removed_cell(meta: dict) -> str:
 
 def print_run_counts(stages_root: Path, since: float = 0.0) -> Path | None:
     """The documents of every stage of the run written since ``since``: in, out, removed by reason,
-    in pipeline order and per branch, from their metadata.json; then the training result. Returns
-    the run folder."""
+    in pipeline order and per branch, from their metadata.json; the accounting of every document
+    (conservation.json); then the training result. Returns the run folder."""
     from rich.table import Table
 
     from prepline.runs import stage_metadata, training
@@ -106,11 +106,25 @@ def print_run_counts(stages_root: Path, since: float = 0.0) -> Path | None:
                   f"{tot.get('docs_out', 0):,}", removed_cell(s.meta), f"{tot.get('seconds', 0):.1f}")
     _console().print(t)
     _console().print(f"(from the metadata.json of each stage under {run_dir})")
+    for line in accounting_lines(run_dir):
+        _console().print(line, soft_wrap=True)
     mt = training(run_dir)[0]
     if mt:
         _console().print(f"fine_tune: {mt.get('steps')} steps, loss {mt.get('initial_loss', 0):.2f} → {mt.get('final_loss', 0):.2f}, "
                          f"{mt.get('tokens_seen', 0):,} tokens at {mt.get('tokens_per_s', 0):,.0f}/s; model in {mt.get('output', run_dir / 'fine_tune')}")
     return run_dir
+
+
+def accounting_lines(run) -> list[str]:
+    """The run's accounting of every document in a few lines (``conservation.json``), if it has one."""
+    from prepline.runs import conservation
+
+    result = conservation(run)
+    if not result:
+        return []
+    from prepline.pipelines.conservation import summary_lines
+
+    return summary_lines(result)
 
 
 def print_task_times(times, secs: float) -> None:

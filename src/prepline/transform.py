@@ -141,6 +141,13 @@ class Transform:
             raise TypeError(f"{self.name} needs a {self.Config.__name__}, got {type(config).__name__}")
         self.config = config
 
+    @classmethod
+    def branch_params(cls, branch: str) -> dict:
+        """Parameters this transform should get in a pipeline's branch for language ``branch``
+        (e.g. the PII language), under the pipeline spec's and the user's (docs/pipelines.md).
+        ``branch`` may be ``other`` (every language without a branch of its own)."""
+        return {}
+
     # -- contract --------------------------------------------------------------------------
     def input_columns(self) -> list[Column]:
         """Columns read from every input file."""

@@ -81,3 +81,14 @@ def test_run_summary_lists_stages_in_pipeline_order_with_reasons_and_failures(tm
     out = capsys.readouterr().out
     assert "exact_duplicate: 2" in out and "split into en 5, ja 3" in out and "a > 1: 1" in out and "b: 2" in out
     assert "failed file(s): x.parquet" in out
+    # a spec pipeline's run: the order of its plan, and the accounting of every document
+    plan = {"entries": [{"stage": s, "branch": ""} for s in ("lang_id", "exact_dedup", "doc_id", "filter")]}
+    (run / "plan.json").write_text(json.dumps(plan))
+    (run / "conservation.json").write_text(json.dumps({"input": 10, "outputs": {"en": 2, "ja": 0}, "outputs_total": 2,
+                                                       "removed": {}, "removed_total": 5, "sinks": [{"part": "lang=other", "docs": 3}],
+                                                       "sinks_total": 3, "holds": True, "problems": []}))
+    _print_run_counts(tmp_path / "stages")
+    out = capsys.readouterr().out
+    rows = [l.split("│")[1].strip() for l in out.splitlines() if l.startswith("│ ") and l.split("│")[1].strip()]
+    assert rows[:3] == ["lang_id", "exact_dedup", "doc_id"]
+    assert "documents: 10 in = 2 out (en 2, ja 0) + 5 removed + 3 kept aside (lang=other 3: languages without a branch) ✓" in out

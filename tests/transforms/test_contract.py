@@ -6,7 +6,11 @@
 * counts add up: ``docs_in == docs_out + Σ removed`` per file and in total, and they match the rows
   actually read and written;
 * the config builds (and the transform is constructed) without loading a model or its library;
-* the transform has its README row and a docs page holding its current parameter table.
+* the transform has its README row and a docs page holding its current parameter table (built-ins).
+
+Installed plug-in transforms (docs/plugins.md) are registered transforms too: with one installed,
+``pytest tests/transforms/test_contract.py -k <its name>`` checks it (tests/framework/test_plugins.py
+does so with a test plug-in).
 
 A new transform is checked here without a line added, unless its defaults do not build (then
 ``PARAMS`` gives the few parameters of a small run). Per-transform test files keep only what is
@@ -203,7 +207,7 @@ def test_config_builds_without_models(name, built_without_models):
     assert built_without_models[name] == [], f"building {name} loaded {built_without_models[name]}: load models in setup()"
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", registry.builtin_names())
 def test_docs_table_up_to_date(name):
     from prepline.cli import describe_markdown
 

@@ -244,11 +244,6 @@ class LocalProvider(ClusterProvider):
     def _headers(st: dict) -> dict:
         return {"Authorization": f"Bearer {st['token']}"} if st.get("token") else {}
 
-    def job_headers(self, name: str) -> dict:
-        """HTTP headers a Ray job client needs for this cluster (its auth token)."""
-        st = self._load(name)
-        return self._headers(st) if st else {}
-
     def job_client(self, name: str, namespace: str | None = None) -> RayJobClient:
         """Our own Ray job client on the head's dashboard (the same code the KubeRay path uses)."""
         st = self._load(name)
