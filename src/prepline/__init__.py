@@ -7,14 +7,19 @@ The Python API (docs/python_api.md), loaded on first use so that ``import prepli
     prepline.describe("doc_id").params            # its parameters
     m = prepline.run("doc_id", "data/sample", "data/ids")
     prepline.read_metadata("data/ids").totals.docs_out
+    spec = prepline.load_pipeline("my_pipeline.yaml")   # a pipeline spec (docs/pipelines.md)
+    prepline.compile_pipeline(spec, "compiled/")        # its KFP YAML
+    prepline.run_pipeline(spec, "work/")                # a local run
 """
 
 __version__ = "0.1.0"
 
-#: public name -> module holding it (imported on first access, PEP 562). Pipeline specs (build and
-#: run a pipeline from Python, issue 12) join here when they land.
+#: public name -> module holding it (imported on first access, PEP 562)
 _LAZY = {
     "run": "prepline.api",
+    "load_pipeline": "prepline.api",
+    "compile_pipeline": "prepline.api",
+    "run_pipeline": "prepline.api",
     "list_transforms": "prepline.api",
     "describe": "prepline.api",
     "read_metadata": "prepline.api",
@@ -30,7 +35,8 @@ __all__ = ["__version__", *_LAZY]
 
 TYPE_CHECKING = False  # (not imported from typing: `import prepline` imports nothing)
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load lazily
-    from prepline.api import StageMetadata, Totals, TransformInfo, describe, list_transforms, read_metadata, run  # noqa: F401
+    from prepline.api import (StageMetadata, Totals, TransformInfo, compile_pipeline, describe, list_transforms,  # noqa: F401
+                              load_pipeline, read_metadata, run, run_pipeline)
     from prepline.errors import ConfigError, PreplineError  # noqa: F401
     from prepline.runtime.options import RunOptions  # noqa: F401
 

@@ -4,14 +4,15 @@
 * :func:`list_transforms` / :func:`describe` list the transforms (built-ins and plug-ins) and their parameters;
 * :func:`read_metadata` reads a stage's ``metadata.json`` into a typed :class:`StageMetadata`.
 
-Pipelines from Python (build and run a pipeline spec) belong here too, next to these, once the
-pipeline spec of issue 12 lands; until then ``prepline pipeline run`` is the way.
+* :func:`load_pipeline` reads a pipeline spec (docs/pipelines.md), :func:`compile_pipeline` writes its
+  KFP YAML, :func:`run_pipeline` runs it on this machine (``prepline pipeline compile|run``).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from prepline import metadata, registry
@@ -19,7 +20,8 @@ from prepline.config import ParamInfo
 from prepline.errors import InputError
 from prepline.registry import Plugin
 
-__all__ = ["StageMetadata", "Totals", "TransformInfo", "describe", "list_transforms", "read_metadata", "run"]
+__all__ = ["StageMetadata", "Totals", "TransformInfo", "compile_pipeline", "describe", "list_transforms", "load_pipeline", "read_metadata",
+           "run", "run_pipeline"]
 
 
 @dataclass(frozen=True)
@@ -134,3 +136,44 @@ def run(transform: str, input: str, output: str, *, params: dict | None = None, 
                       overwrite=overwrite, progress=progress)
     result = run_transform(transform, {**(params or {}), **transform_params}, opts)  # checked by Config.from_params
     return _stage_metadata(result.metadata, result.output, result.resumed)
+
+
+def load_pipeline(source: str | Path | dict = "super"):
+    """A checked :class:`prepline.pipelines.spec.PipelineSpec`: a spec file (``.yaml``), a dict of the
+    same shape, or the name of a shipped spec (``"super"``)."""
+    from prepline.pipelines import spec as specs
+
+    if isinstance(source, str) and not source.endswith((".yaml", ".yml")):
+        return specs.shipped(source)
+    return specs.load(source)
+
+
+def compile_pipeline(spec, output_dir: str | Path) -> list[Path]:
+    """Compile a spec (or what :func:`load_pipeline` takes) into KFP YAML under ``output_dir``: the
+    pipeline and the simple pipelines of its stages. Returns the files written."""
+    from kfp import compiler
+
+    from prepline.pipelines.factory import spec_pipelines
+
+    spec = spec if not isinstance(spec, (str, Path, dict)) else load_pipeline(spec)
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for stem, pipeline in spec_pipelines(spec).items():
+        compiler.Compiler().compile(pipeline, str(out / f"{stem}.yaml"))
+        written.append(out / f"{stem}.yaml")
+    return written
+
+
+def run_pipeline(spec, work_root: str | Path, input: str | None = None, **params: Any) -> Path:
+    """Run a spec on this machine (kfp's local runner, a local Ray head per stage), as ``prepline
+    pipeline run my.yaml --local`` does; ``params`` are pipeline parameters (``languages=["en"]``).
+    Without ``input`` the bundled sample is built. Returns the folder of the stages' outputs."""
+    from prepline.kfp.local import run_local
+    from prepline.pipeline_cli import local_args
+    from prepline.pipelines.factory import spec_pipeline
+
+    spec = spec if not isinstance(spec, (str, Path, dict)) else load_pipeline(spec)
+    work = Path(work_root).resolve()
+    run_local(spec.name, local_args(work, input, params), str(work / "kfp"), pipeline=spec_pipeline(spec))
+    return work / "stages"

@@ -81,29 +81,35 @@ def _compile(name: str, out: Path, elyra: str) -> int:
 
 
 def _args(a, work: Path) -> dict[str, Any]:
-    # the compiled defaults are for a cluster: a local run passes its local values explicitly
-    # (a local Ray head per stage, local paths); --param may still override them
-    args: dict[str, Any] = {"work_root": str(work / "stages"), "provider": "local", "provider_json": "{}"}
-    if a.input:
-        args["input_path"] = str(Path(a.input).resolve()) if "://" not in a.input else a.input
-    else:
-        from prepline.sample import build_sample
-
-        sample = work / "sample"
-        if not (sample / "_truth" / "summary.json").exists():
-            info = build_sample(str(sample), docs=a.sample_docs)
-            _console().print(f"sample: {info['docs']:,} docs at {sample}")
-        args["input_path"] = str(sample)
+    params: dict[str, Any] = {}
     for kv in a.param:
         k, _, v = kv.partition("=")
         if not _:
             raise ConfigError(f"--param {kv!r} is not NAME=VALUE", "e.g. --param languages='[\"en\",\"ja\"]'")
         try:
-            args[k] = json.loads(v)
+            params[k] = json.loads(v)
         except json.JSONDecodeError:
-            args[k] = v
-        if isinstance(args[k], (dict,)) or (k.endswith("_json") and not isinstance(args[k], str)):
-            args[k] = json.dumps(args[k])
+            params[k] = v
+    return local_args(work, a.input, params, a.sample_docs)
+
+
+def local_args(work: Path, input: str | None, params: dict[str, Any], sample_docs: int | None = None) -> dict[str, Any]:
+    """The arguments of a local run: the compiled defaults are for a cluster, so a local run passes its
+    local values explicitly (a local Ray head per stage, local paths); ``params`` may still override
+    them. Without ``input`` the bundled sample is built under ``work/sample`` (once)."""
+    args: dict[str, Any] = {"work_root": str(work / "stages"), "provider": "local", "provider_json": "{}"}
+    if input:
+        args["input_path"] = str(Path(input).resolve()) if "://" not in input else input
+    else:
+        from prepline.sample import build_sample
+
+        sample = work / "sample"
+        if not (sample / "_truth" / "summary.json").exists():
+            info = build_sample(str(sample), docs=sample_docs)
+            _console().print(f"sample: {info['docs']:,} docs at {sample}")
+        args["input_path"] = str(sample)
+    for k, v in params.items():
+        args[k] = json.dumps(v) if isinstance(v, dict) or (k.endswith("_json") and not isinstance(v, str)) else v
     return args
 
 

@@ -34,3 +34,19 @@ def test_transforms_are_listed_with_their_parameters():
     infos = {t.name: t for t in prepline.list_transforms()}
     assert "doc_id" in infos and infos["doc_id"].plugin is None
     assert infos["exact_dedup"].defaults()["num_shards"] == prepline.describe("exact_dedup").defaults()["num_shards"]
+
+
+def test_pipeline_specs_load_and_compile(tmp_path):
+    from pathlib import Path
+
+    import yaml
+
+    mine = Path(__file__).parents[1] / "pipelines" / "mine.yaml"
+    spec = prepline.load_pipeline(str(mine))
+    assert spec.name == "mine" and prepline.load_pipeline("super").name == "super"
+    written = prepline.compile_pipeline(spec, tmp_path / "c")
+    assert tmp_path / "c" / "mine.yaml" in written
+    doc = next(yaml.safe_load_all((tmp_path / "c" / "mine.yaml").read_text()))  # the pipeline, then its platform spec
+    assert "mine" in doc["pipelineInfo"]["name"] and "lang-id" in json.dumps(doc["root"]["dag"]["tasks"])
+    with pytest.raises(ConfigError):
+        prepline.load_pipeline({"name": "x", "stages": ["no_such_transform"]})
