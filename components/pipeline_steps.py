@@ -1,15 +1,16 @@
 """The steps of a spec pipeline around its stages: plan (first), train_tokenizer (between the
-branches' stages and their tokenization) and check_documents (after the last data stage).
+branches' stages and their tokenization), check_documents (after the last data stage) and
+run_report (last: the run's HTML report, an ``HTML`` artifact the KFP UI shows).
 
 Thin lightweight components in the launcher image, no Ray: their bodies call
-:mod:`prepline.pipelines.plan`, :func:`prepline.tokens.shared.train_shared_tokenizer` and
-:mod:`prepline.pipelines.conservation`, where the logic lives and is tested without KFP. They
+:mod:`prepline.pipelines.plan`, :func:`prepline.tokens.shared.train_shared_tokenizer`,
+:mod:`prepline.pipelines.conservation` and :mod:`prepline.report`, where the logic lives and is tested without KFP. They
 talk to the stages through files in the run folder (``<work_root>/<run>/plan.json``,
 ``tokenizer/``, ``conservation.json``), as the stages talk to each other.
 """
 
 from kfp import dsl
-from kfp.dsl import Markdown, Metrics, Output
+from kfp.dsl import HTML, Markdown, Metrics, Output
 
 from prepline.images import LAUNCHER_IMAGE
 
@@ -72,4 +73,15 @@ def check_documents(work_root: str, run_id: str, summary: Output[Markdown], metr
     return summary_lines(check_step(work_root, run_id))[0]
 
 
-COMPONENTS = {c.name.replace("-", "_"): c for c in (plan_run, train_tokenizer, check_documents)}
+@_component
+def run_report(work_root: str, run_id: str, report: Output[HTML]) -> str:
+    """Write the run's report (documents per stage and branch, removals by reason, the language mix,
+    time per stage as work and start-up, the training loss, the accounting of every document, a
+    link to every stage's metadata.json) from what the steps wrote under <work_root>/<run>: into
+    the HTML artifact and next to the stages as report.html. Returns where that copy is."""
+    from prepline.pipelines.steps import report_step
+
+    return report_step(work_root, run_id, report.path)
+
+
+COMPONENTS = {c.name.replace("-", "_"): c for c in (plan_run, train_tokenizer, check_documents, run_report)}

@@ -3,7 +3,7 @@ compiled from a pipeline spec (:mod:`prepline.pipelines.spec`), nested or SDK-ch
 shipped super pipeline is the spec ``specs/super.yaml``::
 
     plan → [ingest] → global stages → ParallelFor(languages){branch stages up to filter}
-         → train_tokenizer → ParallelFor(languages){tokenization} → check_documents → fine_tune
+         → train_tokenizer → ParallelFor(languages){tokenization} → check_documents → fine_tune → run_report
 
 ``plan`` resolves the spec for the run and writes ``plan.json`` to the run folder; every stage
 reads its input, parameters and cluster from there (``from_plan``), and a stage the plan does
@@ -24,7 +24,7 @@ from kfp import dsl, kubernetes
 
 from prepline import registry, stage_params
 from prepline.components.fine_tune import fine_tune
-from prepline.components.pipeline_steps import check_documents, plan_run, train_tokenizer
+from prepline.components.pipeline_steps import check_documents, plan_run, run_report, train_tokenizer
 from prepline.components.ray_stage import SKIP, execute_ray_job, prepare_args, start_ray_cluster, stop_ray_cluster
 from prepline.images import DEFAULT as DEFAULT_IMAGES
 from prepline.images import ImageSet
@@ -171,7 +171,7 @@ def wire(spec: PipelineSpec, a: dict, stage, run_id) -> None:
                     prev = stage(s, lang).set_display_name(s).after(prev)
             last = prev  # after() on a task of a loop waits for every iteration
     check = _step(check_documents(work_root=a["work_root"], run_id=run_id), "check_documents", launcher).after(last)
-    _with_s3_secret(check, a["s3_secret_name"])
+    last = _with_s3_secret(check, a["s3_secret_name"])
     if spec.train:
         ft = fine_tune(
             mode=a["train_mode"], work_root=a["work_root"], run_id=run_id, languages=a["languages"],
@@ -179,7 +179,10 @@ def wire(spec: PipelineSpec, a: dict, stage, run_id) -> None:
             s3_secret_name=a["s3_secret_name"], timeout_seconds=a["train_timeout_seconds"], trainer_image=a["trainer_image"],
             defaults_json=json.dumps(spec.train_params, sort_keys=True),
         ).after(check)
-        _with_s3_secret(_step(ft, "fine_tune", a["trainer_image"]), a["s3_secret_name"])
+        last = _with_s3_secret(_step(ft, "fine_tune", a["trainer_image"]), a["s3_secret_name"])
+    # the run's HTML report, last (an HTML artifact in the KFP UI, and report.html in the run folder)
+    report = _step(run_report(work_root=a["work_root"], run_id=run_id), "run_report", launcher).after(last)
+    _with_s3_secret(report, a["s3_secret_name"])
 
 
 def spec_pipeline(spec: PipelineSpec, images: ImageSet = DEFAULT_IMAGES):

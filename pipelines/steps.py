@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from prepline import logs
 from prepline.stage_params import deep_merge
 
 
@@ -31,8 +32,8 @@ def tokenizer_step(work_root: str, run_id: str) -> dict:
 
     t = read_plan(work_root, run_id)["tokenizer"]
     record = {**train_shared_tokenizer(t["inputs"], t["output"], t["params"]), "output": t["output"]}
-    print(f"[prepline] tokenizer: {record['vocab_size']:,} ids from {record['train_chars']:,} characters of "
-          f"{', '.join(t['languages'])} -> {record['output']}", flush=True)
+    logs.say(None, "prepline.tokens", f"tokenizer: {record['vocab_size']:,} ids from {record['train_chars']:,} characters of "
+                                      f"{', '.join(t['languages'])} -> {record['output']}")
     return record
 
 
@@ -43,8 +44,22 @@ def check_step(work_root: str, run_id: str) -> dict:
 
     plan = read_plan(work_root, run_id)
     result = account(plan)
-    print("\n".join(summary_lines(result)), flush=True)
+    for line in summary_lines(result):
+        logs.say(None, "prepline.pipelines", line)
     return check(plan, result)
+
+
+def report_step(work_root: str, run_id: str, output: str | None = None) -> str:
+    """Write the run's HTML report (prepline.report) to ``<work_root>/<run>/report.html``, and to
+    ``output`` too when given (a KFP HTML artifact); returns the run folder's copy."""
+    from prepline.report import run_folder, write_report
+
+    run = run_folder(work_root, run_id)
+    if output:
+        write_report(run, output)
+    path = write_report(run)
+    logs.say(None, "prepline.report", f"the run's report: {path}")
+    return path
 
 
 def train_params(defaults_json: str, train_params_json: str) -> str:

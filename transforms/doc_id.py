@@ -41,6 +41,7 @@ class DocId(Transform):
     name = "doc_id"
     Config = DocIdConfig
     summary = "add a content hash and a unique int64 id to every document"
+    headline = ("plan.first_id", "plan.last_id")
 
     def input_columns(self) -> list[Column]:
         return [Column(self.config.content_column, "string")] if self.config.hash_column else []

@@ -322,6 +322,7 @@ class DocQuality(Transform):
     name = "doc_quality"
     Config = DocQualityConfig
     summary = "annotate Gopher/C4-style quality measures (language-aware: word rules, ja/zh character rules) and a pass flag"
+    headline = ("dq_pass", "dq_fail", "dq_fail_*")
 
     @classmethod
     def branch_params(cls, branch: str) -> dict:

@@ -54,6 +54,7 @@ class ExactDedup(Transform):
     name = "exact_dedup"
     Config = ExactDedupConfig
     summary = "remove exact duplicates (normalised text), keeping the copy with the smallest id"
+    headline = ("removed.*", "plan.distinct_texts", "plan.duplicated_texts")
 
     def input_columns(self) -> list[Column]:
         return [

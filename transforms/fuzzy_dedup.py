@@ -228,6 +228,7 @@ class FuzzyDedup(Transform):
     name = "fuzzy_dedup"
     Config = FuzzyDedupConfig
     summary = "near duplicates by MinHash-LSH (+ Jaccard check) and connected components: remove, keep or annotate"
+    headline = ("removed.*", "plan.clusters", "plan.docs_in_clusters", "plan.largest_cluster", "plan.candidate_pairs", "empty_docs")
 
     # -- contract --------------------------------------------------------------------------
     def __init__(self, config: FuzzyDedupConfig):

@@ -88,6 +88,7 @@ class Ingest(Transform):
     name = "ingest"
     Config = IngestConfig
     summary = "JSONL(.gz/.zst), CSV/TSV, WARC/WET (HTML to text) and HF dataset shards to Parquet"
+    headline = ("removed.*",)
     input_suffixes = JSONL + CSV + WARC + SHARDS
 
     def output_rel(self, rel: str) -> str:
@@ -201,7 +202,7 @@ def _decompressed(rel: str, f: IO[bytes]) -> IO[bytes]:
         import zstandard
 
         return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True))  # type: ignore[arg-type]
-    return f
+    return io.BufferedReader(f)  # type: ignore[arg-type] # lines of a plain file (an Arrow file cannot be iterated by line)
 
 
 def _file_errors(task: FileTask, records: Iterator) -> Iterator:

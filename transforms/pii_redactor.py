@@ -331,6 +331,7 @@ class PiiRedactor(Transform):
     name = "pii_redactor"
     Config = PiiRedactorConfig
     summary = "find PII with Presidio's recognizers (offline) and replace, mask or remove it; adds detected_pii"
+    headline = ("pii_docs", "pii_*")
     extra = "pii"
 
     @classmethod

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from typing import Any
 
-from prepline import __version__, registry
+from prepline import __version__, logs, registry
 from prepline.config import ParamInfo
 from prepline.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, PreplineError, RunFailed, Terminated, exit_code, user_message
 
@@ -55,7 +54,9 @@ def _run_parser(transform: str | None) -> argparse.ArgumentParser:
                    help="times a task runs again when its worker process or Ray actor dies (default 2)")
     p.add_argument("--overwrite", action="store_true", help="delete what is in --output first (default: resume or refuse)")
     p.add_argument("--params", default=None, help="transform parameters as a JSON object (flags win)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+    p.add_argument("--progress-interval", type=float, default=None, metavar="SECONDS",
+                   help="seconds between progress lines when stderr is not a terminal (default: PREPLINE_PROGRESS_INTERVAL or 10)")
     if transform:
         _add_param_options(p, registry.get(transform).Config.params())
     return p
@@ -114,84 +115,15 @@ def cmd_run(argv: list[str]) -> int:
         overwrite=args.overwrite,
         progress=not args.no_progress,
     )
-    with _Progress(enabled=opts.progress) as prog:
-        result = run_transform(name, params, opts, progress=prog.phase if opts.progress else None)
+    from prepline.progress import Progress
+    from prepline.tables import print_summary
+
+    with Progress(args.progress_interval) as prog:
+        result = run_transform(name, params, opts, progress=prog if opts.progress else None)
     if result.resumed:
         _console().print(f"[bold]{name}[/]: {result.output} is already complete for this input and these parameters; nothing ran")
     print_summary(result.metadata)
     return 0
-
-
-class _Progress:
-    """A rich progress bar per phase on a terminal; periodic log lines elsewhere (CI, KFP logs)."""
-
-    def __init__(self, enabled: bool = True):
-        self.enabled = enabled
-        self._p = None
-
-    def __enter__(self):
-        if self.enabled and sys.stderr.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-            self._p = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                console=_console(stderr=True), transient=False,
-            )
-            self._p.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self._p:
-            self._p.__exit__(*exc)
-
-    def phase(self, name: str, total: int):
-        return _Bar(self._p, name, total)
-
-
-class _Bar:
-    def __init__(self, progress, name: str, total: int):
-        self.p, self.name, self.total, self.n, self._last = progress, name, total, 0, -1
-        self.task = progress.add_task(f"{name:>8}", total=total) if progress else None
-
-    def advance(self, k: int) -> None:
-        self.n += k
-        if self.p:
-            self.p.advance(self.task, k)
-        else:
-            pct = int(100 * self.n / self.total) if self.total else 100
-            if pct // 10 != self._last // 10 or self.n == self.total:
-                self._last = pct
-                print(f"[prepline] {self.name}: {self.n}/{self.total} tasks ({pct}%)", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        pass
-
-
-def print_summary(meta: dict) -> None:
-    from rich.table import Table
-
-    t = meta["totals"]
-    table = Table(title=f"{meta['transform']}: {meta['status']}", show_header=True, header_style="bold")
-    table.add_column("measure")
-    table.add_column("value", justify="right")
-    secs = t.get("seconds") or 0
-    rows = [
-        ("files", f"{t['files']}" + (f" (+{t['files_failed']} failed)" if t.get("files_failed") else "")),
-        ("docs in", f"{t['docs_in']:,}"),
-        ("docs out", f"{t['docs_out']:,}"),
-    ]
-    for reason, n in t["removed"].items():
-        rows.append((f"removed: {reason}", f"{n:,}"))
-    for part, n in (t.get("parts") or {}).items():
-        rows.append((f"out: {part}", f"{n:,}"))
-    rows += [
-        ("MB in / out", f"{t['bytes_in'] / 1e6:,.1f} / {t['bytes_out'] / 1e6:,.1f}"),
-        ("seconds", f"{secs:,.1f}"),
-        ("docs/s", f"{t['docs_in'] / secs:,.0f}" if secs else "-"),
-    ]
-    for k, v in rows:
-        table.add_row(k, v)
-    _console().print(table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -301,6 +233,23 @@ def cmd_pipeline(argv: list[str]) -> int:
     return run(argv)
 
 
+def cmd_report(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="prepline report",
+                                 description="Write the HTML report of a pipeline run (charts of every stage's documents, removals, "
+                                             "languages, time and the training loss) from its run folder.")
+    ap.add_argument("run", help="the run folder, <work_root>/<run id> (a local path or s3:// URI)")
+    ap.add_argument("--output", default=None, help="where to write the HTML (default: <run>/report.html)")
+    a = ap.parse_args(argv)
+    from prepline.report import write_report
+    from prepline.runs import stage_metadata
+
+    if not stage_metadata(a.run):
+        raise ConfigError(f"{a.run} holds no stage metadata.json (<stage>/metadata.json or lang=<code>/<stage>/metadata.json)",
+                          "pass a run folder, <work_root>/<run id>, e.g. runs/pipeline/stages/<run id>")
+    print(f"report: {write_report(a.run, a.output)}")
+    return 0
+
+
 def cmd_clusters(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="prepline clusters", description="List or sweep prepline's Ray clusters (leftovers of killed runs).")
     ap.add_argument("action", choices=("list", "sweep"))
@@ -401,6 +350,7 @@ COMMANDS = {
     "clusters": (cmd_clusters, "list or sweep leftover Ray clusters by label and age"),
     "pipeline": (cmd_pipeline, "list pipelines, compile a pipeline spec, or run one locally (kfp.local + local Ray)"),
     "tokens": (cmd_tokens, "train one tokenizer for every branch; print Megatron's --data-path of token outputs"),
+    "report": (cmd_report, "write the HTML report of a pipeline run from its run folder"),
     "kfp": (cmd_kfp, "operate a KFP server: upload, run, clone, wait, list, logs (CI-friendly, --json)"),
 }
 
@@ -410,15 +360,19 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     if debug:
         argv.remove("--debug")
-    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format="[prepline] %(message)s", stream=sys.stderr)
-    # a connection error is reported once, with its fix: not also as urllib3's retry warnings
-    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    try:
+        fmt = _take_option(argv, "--log-format")
+        logs.setup(fmt, debug=debug)
+    except ConfigError as e:
+        print(user_message(e), file=sys.stderr)
+        return EXIT_USAGE
     if not argv or argv[0] in ("-h", "--help"):
         print(f"prepline {__version__}: LLM pre-training data preparation on Ray and Kubeflow Pipelines\n")
-        print("usage: prepline [--debug] <command> [options]   (prepline <command> --help for more)\n\ncommands:")
+        print("usage: prepline [--debug] [--log-format text|json] <command> [options]   (prepline <command> --help for more)\n\ncommands:")
         for name, (_, helptext) in COMMANDS.items():
             print(f"  {name:<10} {helptext}")
         print("\n--debug: show the Python traceback of an error (exit codes: docs/reliability.md)")
+        print(f"--log-format: prepline's log lines as text (default) or JSON lines (also {logs.ENV_FORMAT}=json)")
         return 0 if argv else EXIT_USAGE
     if argv[0] == "--version":
         print(__version__)
@@ -428,6 +382,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command '{argv[0]}'\n  fix: one of {', '.join(COMMANDS)}", file=sys.stderr)
         return EXIT_USAGE
     return run_command(cmd[0], argv[1:], debug)
+
+
+def _take_option(argv: list[str], name: str) -> str | None:
+    """Remove a global ``--name VALUE`` / ``--name=VALUE`` from ``argv``; its value."""
+    for i, a in enumerate(argv):
+        if a == name:
+            if i + 1 >= len(argv):
+                raise ConfigError(f"{name} needs a value", f"e.g. {name} json")
+            value = argv[i + 1]
+            del argv[i:i + 2]
+            return value
+        if a.startswith(name + "="):
+            del argv[i]
+            return a.split("=", 1)[1]
+    return None
 
 
 def run_command(fn, argv: list[str], debug: bool = False) -> int:
@@ -444,6 +413,7 @@ def run_command(fn, argv: list[str], debug: bool = False) -> int:
     try:
         return fn(argv)
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - the one place errors meet the user
+        logs.flush_repeats()  # the repeats counted so far, before the error
         if debug:
             import traceback
 
@@ -451,6 +421,7 @@ def run_command(fn, argv: list[str], debug: bool = False) -> int:
         print(user_message(e), file=sys.stderr, flush=True)
         return exit_code(e)
     finally:
+        logs.flush_repeats()
         if old is not None:
             signal.signal(signal.SIGTERM, old)
 

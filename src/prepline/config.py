@@ -37,6 +37,16 @@ def param(
     return dataclasses.field(default=default, metadata=meta)
 
 
+#: the folder next to a stage's output where sampled removed documents go: ``_removed/<reason>/<file>``
+REMOVED_DIR = "_removed"
+
+
+def removed_sample_param() -> Any:
+    """The ``removed_sample`` parameter of a transform that removes documents (the worker writes the sample)."""
+    return param(0, f"write up to N removed documents per reason and input file to {REMOVED_DIR}/<reason>/ next to the "
+                    "output, to see what was removed (0: none)", min=0)
+
+
 @dataclass(frozen=True)
 class ParamInfo:
     """One parameter as the CLI, the KFP components and the docs see it."""

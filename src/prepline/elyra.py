@@ -34,7 +34,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from prepline import registry, s3_credentials, stage_params, stages
+from prepline import logs, registry, s3_credentials, stage_params, stages
 from prepline.errors import ConfigError, PreplineError, exit_code
 from prepline.images import DEFAULT as DEFAULT_IMAGES
 from prepline.images import ImageSet
@@ -209,7 +209,7 @@ def _cli(argv: list[str] | None = None) -> int:
     r.add_argument("--stage-dir-file", default="", help="write the output folder here (KFP output)")
     r.add_argument("--docs-written-file", default="", help="write the documents written here (KFP output)")
     a = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logs.setup()
     try:
         s3_credentials.apply(a.s3_credentials if a.s3_credentials != s3_credentials.DEFAULT_PATH else None)
         params = typed_params(a.transform, dict(a.param))

@@ -1,13 +1,14 @@
 """Elyra's generated tree (``elyra_templates/``, :func:`sync`): the catalog, a pipeline spec as a
 ``.pipeline`` template (the shipped super pipeline's, and ``doc_id``'s as the simple example), and the
 catalog entries of the steps around a spec's stages (plan, train_tokenizer, check_documents,
-fine_tune) with their entrypoint. The transforms' entries, nodes and documents come from
+fine_tune, run_report) with their entrypoint. The transforms' entries, nodes and documents come from
 :mod:`prepline.elyra`.
 
 The template has the nested KFP pipeline's steps as nodes: ``plan`` first (it writes the run's
 plan.json), ``ingest`` and the global stages, one chain of branch stages per language of the spec
 (a stage that runs only for some languages has nodes for those only), ``train_tokenizer`` after
-every branch's chain, each branch's ``tokenization``, ``check_documents``, then ``fine_tune``.
+every branch's chain, each branch's ``tokenization``, ``check_documents``, ``fine_tune``, then
+``run_report``.
 Stage nodes run with ``from_plan=true``: their input, parameters and cluster come from the plan
 (so ingest passes when the input is Parquet), and their own transform values are not used.
 Elyra's templates are static: the branches are the spec's languages (a node value of plan and
@@ -21,12 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
 
-from prepline import registry, s3_credentials, stage_params
+from prepline import logs, registry, s3_credentials, stage_params
 from prepline.elyra import (CATALOG_SUBDIR, CATALOG_TYPE, RUN_ID_PLACEHOLDER, STAGE_INPUTS, _KFP_TYPE, _inputs_values, _parse_list, _yaml,
                             component_file, component_spec, document, raw_node, stage_inputs, stage_node)
 from prepline.errors import PreplineError, exit_code
@@ -63,6 +63,8 @@ STEPS: dict[str, tuple[str, list[tuple], str]] = {
                                                          "The pipeline spec's training parameters (train_params_json wins)."),
                               _pp("trainjob_json"), _pp("train_timeout_seconds"), _pp("s3_secret_name")],
                   "Fine-tune a causal LM on every branch's token output (locally in the node's pod, or as a Kubeflow TrainJob)."),
+    "run_report": ("launcher", list(_RUN), "Write the run's HTML report (documents, removals, languages, time per stage, the "
+                                           "training loss; charts) to <work_root>/<run>/report.html."),
 }
 RESULT = ("result", "String", "What the step produced (a path, or the accounting).")
 
@@ -110,6 +112,8 @@ def run_step(step: str, a: dict[str, str]) -> str:
         from prepline.pipelines.conservation import summary_lines
 
         return summary_lines(steps.check_step(a["work_root"], a["run_id"]))[0]
+    if step == "run_report":
+        return steps.report_step(a["work_root"], a["run_id"])
     from prepline.train.step import fine_tune
 
     s = fine_tune(a["train_mode"], a["work_root"], a["run_id"], _parse_list("languages", a["languages"]),
@@ -127,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             r.add_argument("--" + n.replace("_", "-"), dest=n, default="" if v is None else str(v), help=h)
         r.add_argument("--result-file", default="", help="write the step's result here (KFP output)")
     a = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logs.setup()
     args = vars(a)
     try:
         if "{{" in args.get("run_id", "") or not args.get("run_id"):
@@ -196,6 +200,8 @@ def spec_template(spec=None, images: ImageSet = DEFAULT_IMAGES) -> dict:
         nodes.append(_step_node(tpl, "fine_tune", (80 + 220 * (col + 1), 80), [nodes[-1]["id"]],
                                 {"languages": json.dumps(langs), "defaults_json": json.dumps(spec.train_params, sort_keys=True)}))
         used.append("fine_tune")
+    nodes.append(_step_node(tpl, "run_report", (80 + 220 * (col + 1 + bool(spec.train)), 80), [nodes[-1]["id"]], {}))
+    used.append("run_report")
     inputs = stage_inputs(images) + [i for st in used for i in STEPS[st][1]]
     return document(tpl, spec.kfp_name(), spec.summary(), nodes, images, inputs)
 

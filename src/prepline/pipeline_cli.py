@@ -1,6 +1,7 @@
 """``prepline pipeline list|compile|run``: pipelines by name or from a pipeline spec file, run
 locally with kfp.local and a local Ray head per stage, then a summary of the run: where the time
-went, the documents of every stage and branch, the accounting of every document, the training."""
+went, the documents of every stage and branch, the accounting of every document, the training
+(:mod:`prepline.tables`), and where the run's HTML report is (:mod:`prepline.report`)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def cmd_pipeline(argv: list[str]) -> int:
     r.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a pipeline parameter (JSON values allowed); repeat")
     r.add_argument("--sample-docs", type=int, default=None, help="size of the sample built when --input is not given")
     r.add_argument("--timings-json", default="", help="also write each task's duration and the per-kind summary here")
+    r.add_argument("--verbose", action="store_true", help="show every task's whole log (kfp's executor lines too), not only prepline's lines")
     a = ap.parse_args(argv)
     if a.action == "list":
         from prepline.pipelines.factory import pipelines
@@ -113,6 +115,7 @@ def local_args(work: Path, input: str | None, params: dict[str, Any], sample_doc
 
 def _run(a) -> int:
     from prepline.kfp.local import TaskTimes, run_local, strip_ansi
+    from prepline.tables import print_run_counts, print_task_times
 
     pipeline, name = None, a.name
     if _is_spec(a.name):
@@ -125,115 +128,27 @@ def _run(a) -> int:
     times = TaskTimes()
     started = time.time()
     try:
-        secs = run_local(name, args, str(work / "kfp"), times, pipeline=pipeline)
+        secs = run_local(name, args, str(work / "kfp"), times, pipeline=pipeline, verbose=a.verbose)
     except RuntimeError as e:  # kfp.local's "pipeline finished with status FAILURE ..."
         msg = strip_ansi(str(e))
-        print_run_counts(work / "stages", started)  # what the stages up to the failure did
-        raise RunFailed(msg, f"see the failing task's log above; its outputs are under {work / 'kfp'}") from None
+        _report(print_run_counts(work / "stages", started))  # what the stages up to the failure did
+        raise RunFailed(msg, f"see the failing task's log above (every task's log: task.log in its folder under {work / 'kfp'})") from None
     print_task_times(times, secs)
-    print_run_counts(work / "stages", started)
+    report = _report(print_run_counts(work / "stages", started))
     if a.timings_json:
         Path(a.timings_json).write_text(json.dumps({"pipeline": name, "seconds": secs, "by_kind": times.by_kind(),
                                                     "stage_overhead_seconds": times.stage_overhead(), "tasks": times.tasks}, indent=2))
     _console().print(f"[bold]{name}[/]: succeeded in {secs:,.0f}s; stage outputs and metadata.json under {work / 'stages'}, "
-                     f"KFP task outputs and logs under {work / 'kfp'}")
+                     f"each KFP task's outputs and log (task.log) under {work / 'kfp'}")
+    if report:
+        print(f"report: {report}", flush=True)  # never wrapped: a path to copy
     return 0
 
 
-# ----------------------------------------------------------------------------------------------
-# the summary of a run
-
-
-def _newest_run_dir(stages_root: Path, since: float):
-    """The run folder (``<work_root>/<run id>``) written since ``since`` (this process's run), if any."""
-    dirs = [d for d in stages_root.iterdir() if d.is_dir() and d.stat().st_mtime >= since - 1] if stages_root.exists() else []
-    return max(dirs, key=lambda d: d.stat().st_mtime) if dirs else None
-
-
-def _removed_cell(meta: dict) -> str:
-    """Removed documents by reason (filter's criterion_<n> spelled out), lang_id's split, failed files."""
-    tot, crit = meta.get("totals", {}), meta.get("parameters", {}).get("criteria") or []
-
-    def reason(k: str) -> str:
-        n = k.removeprefix("criterion_")
-        return f"`{crit[int(n) - 1]}`" if n.isdigit() and 0 < int(n) <= len(crit) else k
-
-    parts = [", ".join(f"{reason(k)}: {v:,}" for k, v in sorted(tot.get("removed", {}).items()))]
-    if not parts[0] and tot.get("parts"):
-        top = sorted(tot["parts"].items(), key=lambda kv: -kv[1])[:6]
-        parts = ["split into " + ", ".join(f"{k.split('=')[-1]} {v:,}" for k, v in top) + (" …" if len(tot["parts"]) > 6 else "")]
-    failed = sorted(meta.get("failures") or {})
-    if failed:  # a failed stage's files, or files tolerated by --max-failed-files
-        parts.append(f"failed file(s): {', '.join(failed[:3])}" + (" …" if len(failed) > 3 else ""))
-    return ", ".join(p for p in parts if p)
-
-
-def _stage_order(run_dir: Path) -> dict[str, int]:
-    """Stage order from the run's plan (a spec pipeline), else the shipped spec's."""
-    plan = run_dir / "plan.json"
-    if plan.exists():
-        names = list(dict.fromkeys(e["stage"] for e in json.loads(plan.read_text())["entries"]))
-    else:
-        from prepline.pipelines import spec as specs
-
-        names = specs.shipped().order()
-    return {s: i for i, s in enumerate(names)}
-
-
-def print_run_counts(stages_root: Path, since: float = 0.0) -> None:
-    """The documents of every stage of the run written since ``since``: in, out, removed by reason,
-    in pipeline order and per branch, from their metadata.json; the accounting of every document
-    (conservation.json); then the training result."""
-    from rich.table import Table
-
-    run_dir = _newest_run_dir(stages_root, since)
+def _report(run_dir) -> str | None:
+    """Write the run report into the run folder; its path (None when the run wrote no stage)."""
     if run_dir is None:
-        return
-    order = _stage_order(run_dir)
-    rows = []
-    for m in run_dir.rglob("metadata.json"):
-        rel = m.parent.relative_to(run_dir).parts
-        if "_prepline" in rel or len(rel) > 2:
-            continue
-        branch = rel[0].removeprefix("lang=") if len(rel) == 2 else ""
-        rows.append((branch != "", branch, order.get(rel[-1], len(order)), rel[-1], json.loads(m.read_text())))
-    if not rows:
-        return
-    t = Table(title="documents per stage", title_justify="left")
-    for col in ("stage", "branch", "in", "out", "removed", "seconds"):
-        t.add_column(col, justify="right" if col in ("in", "out", "seconds") else "left")
-    for _, branch, _, stage, meta in sorted(rows, key=lambda r: r[:4]):
-        tot, status = meta.get("totals", {}), meta.get("status", "success")
-        t.add_row(stage if status == "success" else f"{stage} ({status.upper()})", branch, f"{tot.get('docs_in', 0):,}",
-                  f"{tot.get('docs_out', 0):,}", _removed_cell(meta), f"{tot.get('seconds', 0):.1f}")
-    _console().print(t)
-    _console().print(f"(from the metadata.json of each stage under {run_dir})")
-    cons = run_dir / "conservation.json"
-    if cons.exists():
-        from prepline.pipelines.conservation import summary_lines
+        return None
+    from prepline.report import write_report
 
-        for line in summary_lines(json.loads(cons.read_text())):
-            _console().print(line, soft_wrap=True)
-    metrics = run_dir / "fine_tune" / "metrics.json"
-    if metrics.exists():
-        mt = json.loads(metrics.read_text())
-        _console().print(f"fine_tune: {mt.get('steps')} steps, loss {mt.get('initial_loss', 0):.2f} → {mt.get('final_loss', 0):.2f}, "
-                         f"{mt.get('tokens_seen', 0):,} tokens at {mt.get('tokens_per_s', 0):,.0f}/s; model in {mt.get('output', run_dir / 'fine_tune')}")
-
-
-def print_task_times(times, secs: float) -> None:
-    """Where a local pipeline run's time went, per task kind."""
-    from rich.table import Table
-
-    kinds = times.by_kind()
-    if not kinds:
-        return
-    t = Table(title=f"tasks ({secs:,.0f}s in all)", title_justify="left")
-    for col in ("task", "runs", "mean s", "min s", "max s", "total s"):
-        t.add_column(col, justify="left" if col == "task" else "right")
-    for kind, k in sorted(kinds.items(), key=lambda kv: -kv[1]["total"]):
-        t.add_row(kind, str(k["n"]), f"{k['mean']:.1f}", f"{k['min']:.1f}", f"{k['max']:.1f}", f"{k['total']:.1f}")
-    _console().print(t)
-    over = times.stage_overhead()
-    if over is not None:
-        _console().print(f"per-stage overhead (prepare + start cluster + stop cluster, mean): {over:.1f}s")
+    return write_report(run_dir)

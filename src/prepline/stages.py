@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shlex
 import sys
 import time
 from dataclasses import replace
 
+from prepline import logs, progress
 from prepline.stage_params import check_overrides, deep_merge
 from prepline.clusters import ClusterSpec, NodeGroup, cluster_name, get_provider
 from prepline.clusters.base import LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE
@@ -213,6 +215,7 @@ def with_defaults(spec: ClusterSpec, cluster_json: str, image: str = "", s3_secr
 
 def start(provider: str, provider_json: str, cluster_json: str, run_id: str, stage: str, branch: str = "", timeout: float = 900,
           overrides_json: str = "", image: str = "", s3_secret_name: str = "") -> str:
+    logs.ensure()
     cluster_json = _merged_cluster(cluster_json, overrides_json, stage, branch)
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     spec = with_defaults(spec, cluster_json, image, s3_secret_name)
@@ -233,11 +236,16 @@ def start(provider: str, provider_json: str, cluster_json: str, run_id: str, sta
 
 
 def entrypoint(transform: str, config_json: str, input_path: str, output_path: str, workers: int, max_failed_files: int) -> str:
+    """The Ray job's command. It logs progress lines (no terminal there) every PREPLINE_PROGRESS_INTERVAL
+    seconds (default 10), in the step's PREPLINE_LOG_FORMAT: both are passed on when the step has them."""
+    fmt = os.environ.get(logs.ENV_FORMAT, "")
+    every = os.environ.get(progress.ENV_INTERVAL, "")
     return " ".join(
         shlex.quote(a)
-        for a in ["python", "-m", "prepline.cli", "run", transform, "--input", input_path, "--output", output_path,
-                  "--runtime", "ray", "--workers", str(workers), "--max-failed-files", str(max_failed_files),
-                  "--params", config_json, "--no-progress"]
+        for a in ["python", "-m", "prepline.cli", *(["--log-format", logs.log_format(fmt)] if fmt else []), "run", transform,
+                  "--input", input_path, "--output", output_path, "--runtime", "ray", "--workers", str(workers),
+                  "--max-failed-files", str(max_failed_files), "--params", config_json,
+                  *(["--progress-interval", str(progress.interval(float(every) if every else None))] if every else [])]
     )
 
 
@@ -259,13 +267,17 @@ def execute(
     out=sys.stdout,
     overrides_json: str = "",
 ) -> dict:
-    """Run the transform as a Ray job, stream its logs, and check what it wrote."""
+    """Run the transform as a Ray job, stream its logs, and check what it wrote. The metadata returned
+    also has ``job``: its id and the seconds from submission to its end (as this step saw them)."""
+    logs.ensure()
     cluster_json = _merged_cluster(cluster_json, overrides_json, stage, branch)
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     p = _provider(provider, provider_json)
     cmd = entrypoint(transform, config_json, input_path, output_path, workers, max_failed_files)
+    t0 = time.monotonic()
     jobs, job_id = _submit(p, spec, cmd)
-    print(f"[prepline] {stage}{'/' + branch if branch else ''}: job {job_id} on {spec.name}: {cmd}", file=out, flush=True)
+    where = f"{stage}{'/' + branch if branch else ''}"
+    log.info("%s: job %s on %s: %s", where, job_id, spec.name, cmd)
 
     def too_long() -> RunFailed:
         return RunFailed(f"{stage}: job {job_id} ran longer than {timeout:.0f}s and was stopped", "raise the timeout or give the cluster more workers")
@@ -273,7 +285,22 @@ def execute(
     info = jobs.follow(job_id, out, timeout, poll, on_timeout=too_long)
     if info.status != "SUCCEEDED":
         raise RunFailed(f"{stage}: Ray job {job_id} {info.status}: {info.message or 'see the log above'}", "see the job log above")
-    return check_output(output_path, max_failed_files, stage)
+    meta = check_output(output_path, max_failed_files, stage)
+    meta["job"] = {"id": job_id, "seconds": round(time.monotonic() - t0, 3)}
+    log.info("%s: %s", where, one_line(meta))
+    return meta
+
+
+def one_line(meta: dict) -> str:
+    """A stage's result in one log line: documents, removals, headline numbers, time."""
+    from prepline.tables import headline_text, reason_label, time_text
+
+    t = meta["totals"]
+    parts = [f"{t['docs_in']:,} docs in, {t['docs_out']:,} out"]
+    parts += [f"removed {reason_label(meta, k)}: {v:,}" for k, v in t["removed"].items()]
+    if headline_text(meta):
+        parts.append(headline_text(meta))
+    return "; ".join(parts + [time_text(t)])
 
 
 #: times a stage's head that stopped answering before its job started is brought back (recover)
@@ -322,6 +349,7 @@ def stop(provider: str, provider_json: str, cluster_json: str, run_id: str, stag
     """The exit task: delete the stage's cluster; fail loudly if that fails. Its settings (namespace)
     come from the run's plan with ``from_plan`` (from cluster_json when the plan cannot be read:
     the cluster must go whatever happened before)."""
+    logs.ensure()
     cluster_json = _stop_cluster_json(cluster_json, overrides_json, stage, branch, work_root, from_plan, run_id_override or run_id)
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     existed = _provider(provider, provider_json).delete(spec.name, spec.namespace)
@@ -342,19 +370,57 @@ def _stop_cluster_json(cluster_json: str, overrides_json: str, stage: str, branc
         return cluster_json
 
 
+def _md(text: str) -> str:
+    """Text in a Markdown table cell (a filter's SQL may hold | or backticks)."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
+
+
 def summary_markdown(meta: dict, stage: str) -> str:
+    """The step's Markdown: documents, removals by reason (as people read them), the transform's
+    headline numbers, and time: the work apart from the start-up (and from the job as the step saw it)."""
+    from prepline.tables import headline_items, reason_label
+
     t = meta["totals"]
     lines = [f"## {stage}: {meta['status']}", "", "| measure | value |", "|---|---:|",
              f"| docs in | {t['docs_in']:,} |", f"| docs out | {t['docs_out']:,} |"]
-    lines += [f"| removed: {k} | {v:,} |" for k, v in t["removed"].items()]
+    lines += [f"| removed: {_md(reason_label(meta, k))} | {v:,} |" for k, v in t["removed"].items()]
     lines += [f"| out: {k} | {v:,} |" for k, v in (t.get("parts") or {}).items()]
-    lines += [f"| MB in / out | {t['bytes_in'] / 1e6:,.1f} / {t['bytes_out'] / 1e6:,.1f} |", f"| seconds | {t['seconds']:,.1f} |",
-              f"| files failed | {t.get('files_failed', 0)} |"]
+    lines += [f"| {_md(h['label'])} | {h['value']:,} |" for h in headline_items(meta)]
+    lines += [f"| MB in / out | {t['bytes_in'] / 1e6:,.1f} / {t['bytes_out'] / 1e6:,.1f} |"]
+    if "work_seconds" in t:
+        lines += [f"| work seconds | {t['work_seconds']:,.1f} |", f"| start-up seconds (Ray, workers) | {t['startup_seconds']:,.1f} |"]
+    lines += [f"| seconds in all | {t['seconds']:,.1f} |"]
+    if meta.get("job"):
+        lines.append(f"| Ray job seconds (submit to end) | {meta['job']['seconds']:,.1f} |")
+    if t.get("docs_per_second"):
+        lines.append(f"| docs/s (of the work) | {t['docs_per_second']:,.0f} |")
+    lines.append(f"| files failed | {t.get('files_failed', 0)} |")
+    if t.get("removed_sampled"):
+        lines.append(f"| removed documents sampled (in _removed/) | {sum(t['removed_sampled'].values()):,} |")
     return "\n".join(lines) + "\n"
+
+
+def metrics_of(meta: dict) -> dict[str, float]:
+    """The step's KFP Metrics: documents, removals by reason, the headline numbers, time and rate."""
+    from prepline.tables import headline_items, reason_label
+
+    t = meta["totals"]
+    m: dict[str, float] = {k: t.get(k, 0) for k in ("docs_in", "docs_out", "files_failed")}
+    m.update({f"removed: {reason_label(meta, k)}": v for k, v in t["removed"].items()})
+    m.update({h["label"]: h["value"] for h in headline_items(meta)})
+    m["seconds"] = t["seconds"]
+    for k in ("work_seconds", "startup_seconds", "docs_per_second"):
+        if t.get(k) is not None:
+            m[k] = t[k]
+    if meta.get("job"):
+        m["job_seconds"] = meta["job"]["seconds"]
+    return {k: float(v) for k, v in m.items()}
+
+
 
 
 def skipped_markdown(prepared: dict) -> str:
     return f"## {prepared['stage']}{' (' + prepared['branch'] + ')' if prepared.get('branch') else ''}: not run\n\n{prepared.get('reason', '')}\n"
 
 
-__all__ = ["prepare", "start", "execute", "stop", "check_output", "stage_output", "summary_markdown", "PreplineError"]
+__all__ = ["prepare", "start", "execute", "stop", "check_output", "stage_output", "summary_markdown", "metrics_of", "PreplineError"]

@@ -73,15 +73,22 @@ class Output:
     ``parts`` maps a sub-folder ('' for none, e.g. 'lang=en') to the table written there.
     ``removed`` counts documents dropped, by reason: docs_in == docs_out + sum(removed).
     ``counters`` are extra per-file numbers summed into metadata.json (e.g. detected entities).
+    ``removed_rows`` says which rows were removed, by reason: boolean masks (numpy or Arrow) over
+    ``removed_from`` (default: the table handed to ``transform``). A transform that removes rows sets
+    them (it has the masks anyway); the worker writes a bounded sample of those rows when the config
+    asks for one (``removed_sample``), and ignores them otherwise.
     """
 
     parts: dict[str, pa.Table]
     removed: dict[str, int] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
+    removed_rows: dict[str, Any] = field(default_factory=dict)
+    removed_from: pa.Table | None = None
 
     @classmethod
-    def of(cls, table: pa.Table, removed: dict[str, int] | None = None, counters: dict[str, int] | None = None) -> "Output":
-        return cls({"": table}, dict(removed or {}), dict(counters or {}))
+    def of(cls, table: pa.Table, removed: dict[str, int] | None = None, counters: dict[str, int] | None = None,
+           removed_rows: dict[str, Any] | None = None, removed_from: pa.Table | None = None) -> "Output":
+        return cls({"": table}, dict(removed or {}), dict(counters or {}), dict(removed_rows or {}), removed_from)
 
 
 @dataclass(frozen=True)
@@ -127,6 +134,10 @@ class Transform:
     input_suffixes: ClassVar[tuple[str, ...]] = (".parquet",)
     #: True when ``transform`` needs a whole file at once (default: bounded batches of rows)
     whole_file: ClassVar[bool] = False
+    #: the numbers that say what this transform did, shown in the KFP UI (the step's Markdown and
+    #: Metrics) and the run report: keys of metadata.json's ``totals.counters`` (``fnmatch`` patterns,
+    #: e.g. ``"pii_*"``), or ``removed.<reason>``, ``plan.<key>`` (:meth:`plan_summary`), ``finish.<key>``
+    headline: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: TransformConfig):
         if not isinstance(config, self.Config):
@@ -213,6 +224,10 @@ class Transform:
 
     def transform(self, table: pa.Table, task: FileTask) -> Output:
         raise NotImplementedError
+
+    def label(self, key: str) -> str:
+        """What a removal reason or a counter is called where people read it (e.g. a filter's SQL)."""
+        return key
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config!r})"

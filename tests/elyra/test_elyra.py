@@ -147,7 +147,8 @@ def test_templates_reference_the_catalog_and_mirror_the_stages():
                 for lg in shipped.branches.languages]
     n = len(shipped.branches.languages)
     assert nodes == [("plan", ""), *[(s, "") for s in shipped.order()[:len(shipped.stages) + 1]], *sum(per_lang[:n], []),
-                     ("train_tokenizer", ""), *sum(per_lang[n:], []), ("check_documents", ""), ("fine_tune", "")]
+                     ("train_tokenizer", ""), *sum(per_lang[n:], []), ("check_documents", ""), ("fine_tune", ""),
+                     ("run_report", "")]
     assert ("hap", "ja") not in nodes and ("hap", "en") in nodes  # the spec's hap: English only
     assert [ids[n["op"]] for n in docs["doc_id"]["pipelines"][0]["nodes"]] == ["doc_id"]
 
@@ -453,4 +454,5 @@ def test_a_users_spec_compiles_to_a_template_elyra_validates(elyra_env, tmp_path
     graph = _graph(tasks, container, const)
     assert graph[("doc_quality", "en")] == {("filter", "en")} and graph[("filter", "en")] == {("lang_id", "")}
     assert graph[("lang_id", "")] == {("ingest", "")} and graph[("ingest", "")] == {("plan", "")}
-    assert graph[("check_documents", "")] == {("doc_quality", "en")} and len(graph) == 6  # no other stage, no fine_tune
+    assert graph[("check_documents", "")] == {("doc_quality", "en")} and graph[("run_report", "")] == {("check_documents", "")}
+    assert len(graph) == 7  # no other stage, no fine_tune

@@ -46,7 +46,7 @@ def test_run_prints_a_summary_and_params_json(tmp_path, corpus):
         capture_output=True, text=True, timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    assert "docs in" in out.stdout and "10" in out.stdout and "docs/s" in out.stdout
+    assert "10 in → 10 out" in out.stdout and "docs/s" in out.stdout and "first_id 10" in out.stdout
     meta = json.loads((tmp_path / "o" / "metadata.json").read_text())
     assert meta["parameters"]["start_id"] == 10 and meta["parameters"]["id_column"] == "my_id"
     assert meta["plan"] == {"first_id": 10, "last_id": 19}
@@ -54,14 +54,13 @@ def test_run_prints_a_summary_and_params_json(tmp_path, corpus):
 
 def test_run_summary_lists_stages_in_pipeline_order_with_reasons_and_failures(tmp_path, capsys):
     """The table a local pipeline run ends with, from the stages' metadata.json (no run needed)."""
-    from prepline.pipeline_cli import _newest_run_dir
-    from prepline.pipeline_cli import print_run_counts as _print_run_counts
+    from prepline.tables import newest_run_dir as _newest_run_dir, print_run_counts as _print_run_counts
 
     run = tmp_path / "stages" / "run1"
 
     def meta(rel: str, status: str = "success", **totals) -> None:
         (run / rel).mkdir(parents=True)
-        (run / rel / "metadata.json").write_text(json.dumps({"status": status, "parameters": {"criteria": ["a > 1", "b"]},
+        (run / rel / "metadata.json").write_text(json.dumps({"status": status, "labels": {"criterion_1": "a > 1", "criterion_2": "b"},
                                                              "totals": {"seconds": 1.0, **totals}}))
 
     meta("exact_dedup", docs_in=10, docs_out=8, removed={"exact_duplicate": 2})
@@ -80,7 +79,7 @@ def test_run_summary_lists_stages_in_pipeline_order_with_reasons_and_failures(tm
                                                          ("filter (FAILED)", "ja")]
     _print_run_counts(tmp_path / "stages")
     out = capsys.readouterr().out
-    assert "exact_duplicate: 2" in out and "split into en 5, ja 3" in out and "`a > 1`: 1" in out and "`b`: 2" in out
+    assert "exact_duplicate: 2" in out and "split into en 5, ja 3" in out and "a > 1: 1" in out and "b: 2" in out
     assert "failed file(s): x.parquet" in out
     # a spec pipeline's run: the order of its plan, and the accounting of every document
     plan = {"entries": [{"stage": s, "branch": ""} for s in ("lang_id", "exact_dedup", "doc_id", "filter")]}

@@ -89,7 +89,7 @@ def test_compiled_structure_matches_the_super_pipeline():
 
     root = spec.root.dag.tasks
     order = _order(root)
-    assert order[0] == "plan-run" and order[-2:] == ["check-documents", "fine-tune"]
+    assert order[0] == "plan-run" and order[-3:] == ["check-documents", "fine-tune", "run-report"]
     stage_tasks = [n for n in order if root[n].component_ref.name.startswith("comp-run-pipeline")]
     names = [root[n].inputs.parameters["pipeline_name"].runtime_value.constant.string_value for n in stage_tasks]
     assert names == GLOBAL  # the file stems: what the KFP UI's upload dialog names the stage pipelines
@@ -123,9 +123,10 @@ def test_compiled_structure_matches_the_super_pipeline():
             c = t.inputs.parameters.get("parameters")
             if c is not None:
                 assert "{{" not in json.dumps(_const(c.runtime_value.constant))
-    # plan, train_tokenizer, check_documents and fine_tune are steps of the parent, on the parent's run id
-    for n in ("plan-run", "train-tokenizer", "check-documents", "fine-tune"):
+    # plan, train_tokenizer, check_documents, fine_tune and run_report are steps of the parent, on the parent's run id
+    for n in ("plan-run", "train-tokenizer", "check-documents", "fine-tune", "run-report"):
         assert root[n].inputs.parameters["run_id"].runtime_value.constant.string_value == "{{$.pipeline_job_uuid}}"
+    assert list(root["run-report"].dependent_tasks) == ["fine-tune"]  # the report last
     # the KFP token reaches every run_pipeline step from a secret named by a pipeline parameter, optionally
     platform = {k: v for k, v in _docs(CHAINED)[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"].items()
                 if k.startswith("exec-run-pipeline")}

@@ -133,7 +133,7 @@ def _check_spec_stage(spec: dict, task: dict, stage: str, branch: dict) -> None:
 
 def test_super_pipeline_is_the_shipped_spec():
     """plan → ingest → global stages → ParallelFor{branch stages up to filter} → train_tokenizer →
-    ParallelFor{tokenization} → check_documents → fine_tune, each stage its simple pipeline."""
+    ParallelFor{tokenization} → check_documents → fine_tune → run_report, each stage its simple pipeline."""
     _spec(COMPILED / "pipelines" / "super.yaml")  # parses strictly
     spec, shipped = _root("super"), specs.shipped()
     assert spec["pipelineInfo"]["name"] == "prepline-super"
@@ -145,7 +145,7 @@ def test_super_pipeline_is_the_shipped_spec():
     loops = [k for k in chain if "parameterIterator" in root[k]]
     glob = ["ingest"] + [s.name for s in shipped.stages]
     assert chain == ["plan-run", *(s.replace("_", "-") for s in glob), loops[0], "train-tokenizer", loops[1], "check-documents",
-                     "fine-tune"], chain
+                     "fine-tune", "run-report"], chain
     for s in glob:
         _check_spec_stage(spec, root[s.replace("_", "-")], s, {"runtimeValue": {"constant": ""}})
     branch = [s.name for s in shipped.branch_stages]
@@ -158,8 +158,9 @@ def test_super_pipeline_is_the_shipped_spec():
         assert _chain(body, first) == [s.replace("_", "-") for s in names] and sorted(body) == sorted(_chain(body, first))
         for s in names:
             _check_spec_stage(spec, body[s.replace("_", "-")], s, {"componentInputParameter": t["parameterIterator"]["itemInput"]})
-    for step in ("plan-run", "train-tokenizer", "check-documents", "fine-tune"):
+    for step in ("plan-run", "train-tokenizer", "check-documents", "fine-tune", "run-report"):
         assert root[step]["inputs"]["parameters"]["run_id"] == _JOB_ID, step  # the run every stage wrote under
+    assert root["run-report"]["inputs"]["parameters"]["work_root"] == {"componentInputParameter": "work_root"}
     plan = root["plan-run"]["inputs"]["parameters"]
     assert json.loads(plan["spec_json"]["runtimeValue"]["constant"]) == shipped.to_dict()
     ft = root["fine-tune"]["inputs"]["parameters"]

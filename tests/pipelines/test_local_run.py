@@ -39,7 +39,7 @@ def test_failing_stage_still_stops_its_cluster_and_fails_the_run(tmp_path, env):
     assert r.returncode != 0
     out = r.stdout + r.stderr
     assert "broken.parquet" in out and "not a readable Parquet file" in out  # the stage's own error reaches the user
-    assert "stop-ray-cluster" in out and "deleted" in out  # the exit task ran
+    assert re.search(r"prepline: cluster \S+ deleted", out)  # the exit task ran
     assert "doc_id (FAILED)" in out and "failed file(s):" in out  # the closing table says which (the cell may wrap)
     assert _clusters_left(tmp_path / "clusters") == []
 
@@ -94,8 +94,18 @@ def test_a_users_spec_runs_end_to_end(tmp_path, env):
     t = json.loads(timings.read_text())
     kinds = t["by_kind"]
     assert {k: v["n"] for k, v in kinds.items()} == {"plan-run": 1, "prepare-args": 4, "start-ray-cluster": 3, "execute-ray-job": 3,
-                                                     "stop-ray-cluster": 4, "check-documents": 1}
+                                                     "stop-ray-cluster": 4, "check-documents": 1, "run-report": 1}
     assert all(0 < k["total"] < t["seconds"] for k in kinds.values()) and all(x["status"] == "SUCCESS" for x in t["tasks"])
     assert t["stage_overhead_seconds"] == pytest.approx(
         sum(kinds[k]["mean"] for k in ("prepare-args", "start-ray-cluster", "stop-ray-cluster")))
     assert "per-stage overhead" in out
+    # prepline's lines (the jobs' progress too) and the tables; kfp's executor dumps and warnings only in each task's log
+    assert "prepline.progress: lang_id final: 1/1 files, 80 docs" in out and "executor_input" not in out and "Warning" not in out
+    assert len(out.splitlines()) < 90, out
+    logs = sorted((tmp_path / "w" / "kfp").rglob("task.log"))
+    assert len(logs) == len(t["tasks"]) == 17 and all("executor_input" in p.read_text() for p in logs)
+    # the run's report: written by its last step, and again by the command, which ends with its path
+    report = re.search(r"^report: (\S+)$", out, re.M)
+    assert report and report.group(1) == str(run / "report.html")
+    page = (run / "report.html").read_text()
+    assert "chart-funnel" in page and "documents: 80 in = " in page  # the accounting too

@@ -11,6 +11,7 @@ import html
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -54,6 +55,7 @@ def mixed_input(root: Path, jsonl_docs: int, warc_docs: int) -> Path:
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.browser
 def test_super_pipeline_end_to_end(tmp_path):
     env = dict(os.environ, PREPLINE_LOCAL_CLUSTERS=str(tmp_path / "clusters"), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     src = mixed_input(tmp_path, 550, 50)
@@ -103,3 +105,66 @@ def test_super_pipeline_end_to_end(tmp_path):
     out = r.stdout + r.stderr
     assert "documents per stage" in out and "per-stage overhead" in out and "fine_tune: 8 steps, loss" in out
     assert f"documents: 600 in = {cons['outputs_total']:,} out" in out and "kept aside (lang=other" in out
+    n = len(meta)  # a row per stage and branch: ingest and 4 global stages, 5 for en, 4 for ja (no hap)
+    assert n == 14 and sum(1 for line in out.splitlines() if line.startswith("│ ") and line.split("│")[1].strip() in meta_stages(meta)) == n
+    # ... and the report's path: the charts of the run's real numbers, the same the pipeline's last step made as its HTML artifact
+    assert "executor_input" not in out
+    assert "prepline.train: fine_tune (local): " in out  # the training step's own lines are prepline's lines too
+    report = re.search(r"^report: (\S+)$", out, re.M)
+    assert report and report.group(1) == str(run / "report.html")
+    page = (run / "report.html").read_text()
+    funnel = re.findall(r'<rect class="bar" data-series="out" data-row="([^"]*)" data-value="([^"]*)"', charts(page)["chart-funnel"])
+    assert len(funnel) == n and dict(funnel)["filter (ja)"] == str(meta["lang=ja/filter"]["totals"]["docs_out"])
+    assert 'data-series="loss" data-points="8"' in page
+    (artifact,) = [p for p in (tmp_path / "w" / "kfp").rglob("report") if p.parent.name.startswith("run-report")]
+    assert charts(artifact.read_text()) == charts(page)
+    assert f"documents: 600 in = {cons['outputs_total']:,} out" in html.unescape(page)  # the accounting too
+    steps_carry_their_counters(tmp_path / "w" / "kfp", meta)
+    opens_in_chromium(run / "report.html", tmp_path, n)
+
+
+def steps_carry_their_counters(kfp_root, meta: dict) -> None:
+    """Every execute step's Markdown and Metrics (as kfp.local wrote them) carry its transform's
+    headline numbers from the stage's metadata.json: one step per stage and branch, 10 transforms."""
+    seen = set()
+    for out in kfp_root.rglob("execute-ray-job*/executor_output.json"):
+        arts = json.loads(out.read_text())["artifacts"]
+        md = (out.parent / "summary").read_text()
+        head = re.match(r"## (\w+)(?: \((\w+)\))?: success", md)
+        key = f"lang={head.group(2)}/{head.group(1)}" if head.group(2) else head.group(1)
+        metrics = arts["metrics"]["artifacts"][0]["metadata"]
+        items = [h for h in meta[key]["headline"] if not h["key"].startswith("removed.")]
+        assert items or meta[key]["totals"]["removed"], key
+        for h in items:
+            cell = h["label"].replace("|", "\\|").replace("`", "\\`")  # as a Markdown cell
+            assert f"| {cell} | {h['value']:,} |" in md and metrics[h["label"]] == h["value"], (key, h)
+        assert metrics["work_seconds"] == meta[key]["totals"]["work_seconds"] and "| work seconds |" in md
+        seen.add(key)
+    assert seen == set(meta)
+
+
+def opens_in_chromium(page_file, tmp_path, stages: int) -> None:
+    """The run's report in headless Chromium: no error, the five charts drawn with the run's stages,
+    branches and loss; its screenshot kept as test-artifacts/report-super.png."""
+    from chromium import READ_CHARTS, keep, open_page
+
+    with open_page(tmp_path / "profile") as (page, problems):
+        page.goto(page_file.as_uri(), wait_until="load")
+        drawn = {c["id"]: c for c in page.evaluate(READ_CHARTS)}
+        page.screenshot(path=str(tmp_path / "report-super.png"), full_page=True)
+    keep(tmp_path / "report-super.png", "report-super.png")
+    assert problems == []
+    assert set(drawn) == {"chart-funnel", "chart-removed", "chart-languages", "chart-time", "chart-loss"}
+    assert all(c["marks"] > 0 and c["width"] > 300 and c["outside"] == [] for c in drawn.values()), drawn  # long SQL legends wrap
+    rows = drawn["chart-funnel"]["rows"]
+    assert len(rows) == stages and {"ingest", "lang_id", "hap (en)", "tokenization (ja)"} <= set(rows) and drawn["chart-time"]["rows"] == rows
+    assert {"en", "ja"} <= set(drawn["chart-languages"]["rows"]) and drawn["chart-loss"]["series"] == ["loss"]
+
+
+def charts(page: str) -> dict[str, str]:
+    """Each chart's SVG by its id."""
+    return {m.group(2): m.group(1) for m in re.finditer(r'(<svg class="chart" id="([^"]+)".*?</svg>)', page, re.S)}
+
+
+def meta_stages(meta: dict) -> set[str]:
+    return {k.split("/")[-1] for k in meta}

@@ -166,7 +166,7 @@ def test_a_trainjob_trains_with_credentials_from_the_secret(tokens, tmp_path, s3
         s = fine_tune("cluster", work_root, run_id, ["en"], [], json.dumps(TRAIN),
                       {"kubeconfig": k.kubeconfig(tmp_path), "poll_seconds": 0.2}, s3_secret_name="prepline-s3", timeout=300, out=log)
         assert s["steps"] == 3 and s["languages"] == ["en"] and s["model"] == f"{stage_output(work_root, run_id, 'fine_tune')}/model"
-        assert "[prepline.train] step 3/3" in log.getvalue() and "deleted" in log.getvalue()
+        assert "prepline.train: step 3/3" in log.getvalue() and "deleted" in log.getvalue()
         job = k.created[0]
         assert job["metadata"]["labels"]["prepline.dev/stage"] == "fine-tune" and job["metadata"]["name"] == trainjob_name("run-42")
         assert k.trainjob_names() == [] and k.deleted == [job["metadata"]["name"]]

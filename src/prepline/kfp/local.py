@@ -92,10 +92,12 @@ def check_pipeline_args(name: str, pipeline, args: dict) -> None:
         check_overrides(json.dumps({name: {"params": params}}))
 
 
-def run_local(name: str, args: dict, pipeline_root: str, times: TaskTimes | None = None, pipeline=None) -> float:
+def run_local(name: str, args: dict, pipeline_root: str, times: TaskTimes | None = None, pipeline=None, verbose: bool = False) -> float:
     """Run a pipeline (``pipeline``, or the one named ``name``) with kfp.local's SubprocessRunner in
     this Python (the local cluster provider starts a Ray head per stage). Returns the wall time;
-    raises when the pipeline fails. With ``times``, each task's duration is collected there."""
+    raises when the pipeline fails. With ``times``, each task's duration is collected there. Each
+    task's log goes to task.log in its folder; only prepline's lines are shown, unless ``verbose``
+    (:mod:`prepline.kfp.local_tasks`)."""
     require_kfp()
     import kfp.local
 
@@ -115,8 +117,11 @@ def run_local(name: str, args: dict, pipeline_root: str, times: TaskTimes | None
     if times is not None:
         root.addFilter(times)
     t0 = time.perf_counter()
+    from prepline.kfp.local_tasks import task_output
+
     try:
-        pipeline(**args)
+        with task_output(verbose):
+            pipeline(**args)
     finally:
         if times is not None:
             root.removeFilter(times)

@@ -21,10 +21,31 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 
 from prepline.context import WorkerSpec
+from prepline.progress import Report
 from prepline.runtime.dispatch import OnResult, WorkerLost, dispatch
 from prepline.worker import Worker
 
 _current: tuple[WorkerSpec, Worker] | None = None
+#: in a pool worker: where running tasks' progress goes (to the driver)
+_progress: "mp.Queue | None" = None
+
+
+def init_worker(parent: int, progress: "mp.Queue | None" = None) -> None:
+    """Pool worker initializer: tied to the driver, logging like it, progress to its queue."""
+    global _progress
+    from multiprocessing import util
+
+    from prepline import logs
+
+    die_with_parent(parent)
+    logs.setup_worker()
+    util.Finalize(None, logs.flush_repeats, exitpriority=10)  # the warnings it held back, said as it exits
+    _progress = progress
+
+
+def _send(key: str, docs: int, nbytes: int) -> None:
+    if _progress is not None:
+        _progress.put_nowait((key, docs, nbytes))
 
 
 def die_with_parent(parent: int) -> None:
@@ -54,7 +75,7 @@ def die_with_parent(parent: int) -> None:
 def _run(spec: WorkerSpec, task) -> dict:
     global _current
     if _current is None or _current[0] != spec:  # one phase at a time: a new phase, a new Worker
-        _current = (spec, Worker(spec))
+        _current = (spec, Worker(spec, _send))
     return _current[1].run(task)
 
 
@@ -90,8 +111,8 @@ class _Inline:
     capacity = 1
     lost_fix = ""
 
-    def __init__(self, spec: WorkerSpec):
-        self._worker = Worker(spec)
+    def __init__(self, spec: WorkerSpec, report: Report | None = None):
+        self._worker = Worker(spec, report)
 
     def submit(self, task) -> _Done:
         return _Done(self._worker.run(task))
@@ -115,8 +136,8 @@ class _DriverWorker:
     pool busy. The thread is a daemon: an interrupted run does not wait for its task (whose output,
     written under a temporary name and without a completion marker, a rerun redoes)."""
 
-    def __init__(self, spec: WorkerSpec):
-        self._spec = spec
+    def __init__(self, spec: WorkerSpec, report: Report | None = None):
+        self._spec, self._report = spec, report
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self._loop, name="prepline-driver-worker", daemon=True).start()
 
@@ -132,7 +153,7 @@ class _DriverWorker:
             if not fut.set_running_or_notify_cancel():
                 continue
             try:
-                worker = worker or Worker(self._spec)
+                worker = worker or Worker(self._spec, self._report)
                 fut.set_result(worker.run(task))
             except BaseException as e:  # noqa: BLE001 - handed to the dispatch loop (a bug: Worker.run returns errors)
                 fut.set_exception(e)
@@ -200,10 +221,10 @@ class _DriverAndPool:
 
     lost_fix = _Pool.lost_fix
 
-    def __init__(self, executor: "LocalExecutor", spec: WorkerSpec):
+    def __init__(self, executor: "LocalExecutor", spec: WorkerSpec, report: Report | None = None):
         self.pool = _Pool(executor, spec)
         self.capacity = executor.workers
-        self._driver = _DriverWorker(spec)
+        self._driver = _DriverWorker(spec, report)
         self._driver_busy = False
         self._driver_task: Future | None = None
         self._claims = tempfile.mkdtemp(prefix="prepline-claims-")
@@ -274,26 +295,63 @@ class LocalExecutor:
         self._pool_generation = 0
         #: pool tasks whose results are still to be read (not taken back by the driver)
         self._wanted: set[Future] = set()
+        self._on_progress: Report | None = None
+        self._queue: "mp.Queue | None" = None
+        self._drain: threading.Thread | None = None
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            # spawn: safe with the threads pyarrow/duckdb start; fork is not.
-            self._pool = ProcessPoolExecutor(self.pool_size, mp_context=mp.get_context("spawn"), initializer=die_with_parent,
-                                             initargs=(os.getpid(),))
+            ctx = mp.get_context("spawn")  # spawn: safe with the threads pyarrow/duckdb start; fork is not.
+            if self._queue is None:
+                self._queue = ctx.Queue()
+                self._drain = threading.Thread(target=self._forward, args=(self._queue,), name="prepline-progress-in", daemon=True)
+                self._drain.start()
+            self._pool = ProcessPoolExecutor(self.pool_size, mp_context=ctx, initializer=init_worker,
+                                             initargs=(os.getpid(), self._queue))
             self._pool_generation += 1
         return self._pool
 
-    def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult) -> bool:
-        if self.workers <= 1 or len(tasks) <= 1:
-            return dispatch(_Inline(spec), tasks, on_result, self.task_retries, self.stats)
-        backend = _DriverAndPool(self, spec)
+    def _forward(self, q: "mp.Queue") -> None:
+        """The driver's side of the workers' progress queue (a thread)."""
+        while True:
+            try:
+                item = q.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            except Exception:  # noqa: BLE001 - the queue was closed (or broken by a killed worker): progress stops, the run goes on
+                return
+            if item is None:
+                return
+            on = self._on_progress
+            if on is not None:
+                try:
+                    on(*item)
+                except Exception:  # noqa: BLE001 - progress never fails a run
+                    pass
+
+    def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult, on_progress: Report | None = None) -> bool:
+        self._on_progress = on_progress
         try:
-            ok = dispatch(backend, tasks, on_result, self.task_retries, self.stats)
-        except BaseException:
-            backend.close(wait_for_task=False)
-            raise
-        backend.close()
-        return ok
+            if self.workers <= 1 or len(tasks) <= 1:
+                return dispatch(_Inline(spec, on_progress), tasks, on_result, self.task_retries, self.stats)
+            backend = _DriverAndPool(self, spec, on_progress)
+            try:
+                ok = dispatch(backend, tasks, on_result, self.task_retries, self.stats)
+            except BaseException:
+                backend.close(wait_for_task=False)
+                raise
+            backend.close()
+            return ok
+        finally:
+            self._on_progress = None
+
+    def _stop_drain(self) -> None:
+        if self._queue is not None:
+            self._queue.put(None)
+            if self._drain is not None:
+                self._drain.join(timeout=2)
+            self._queue.close()
+            self._queue, self._drain = None, None
 
     def abort(self) -> None:
         if self._pool is not None:
@@ -301,6 +359,7 @@ class LocalExecutor:
                 p.kill()
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+        self._stop_drain()
 
     def close(self) -> None:
         """Stop the pool: wait for the tasks it still runs; processes with nothing wanted from them
@@ -312,3 +371,4 @@ class LocalExecutor:
             else:
                 self.abort()
         self._wanted.clear()
+        self._stop_drain()

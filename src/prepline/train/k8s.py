@@ -15,6 +15,7 @@ import os
 import time
 from typing import TextIO
 
+from prepline import logs
 from prepline.errors import ConfigError, PreplineError, ServiceError
 
 log = logging.getLogger("prepline.train")
@@ -215,7 +216,7 @@ class LogFollower:
                 return
             if pod["name"] != self.pod:
                 self.pod, self.seen = pod["name"], 0
-                print(f"[prepline] trainer pod {pod['name']} ({pod['phase']}):", file=self.out, flush=True)
+                logs.say(self.out, "prepline.train", f"trainer pod {pod['name']} ({pod['phase']}):")
             text = self.k8s.pod_log(self.ns, pod["name"])
         except PreplineError as e:  # logs are best effort: the job's state decides
             log.warning("cannot read the trainer log: %s", e.message)

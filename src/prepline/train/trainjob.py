@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any, TextIO
 
+from prepline import logs
 from prepline.errors import ConfigError, PreplineError, RunFailed
 from prepline.train.k8s import (CLUSTER_RUNTIMES, GROUP, NODE, RUNTIMES, SA_DIR, VERSION, K8s, KubernetesError, LogFollower, api_error,
                                  condition, in_cluster, kubeconfig_path)
@@ -254,8 +255,8 @@ def run_trainjob(
     try:
         _create(k8s, manifest, out)
         created = True
-        print(f"[prepline] TrainJob {ns}/{name} created (runtime {opts.runtime}, {opts.num_nodes} node(s), image "
-              f"{manifest['spec']['trainer']['image']}): {' '.join(manifest['spec']['trainer']['command'])} ...", file=out, flush=True)
+        logs.say(out, "prepline.train", f"TrainJob {ns}/{name} created (runtime {opts.runtime}, {opts.num_nodes} node(s), image "
+                 f"{manifest['spec']['trainer']['image']}): {' '.join(manifest['spec']['trainer']['command'])} ...")
         obj = _wait(k8s, ns, name, opts, timeout, out)
         kind, reason, message = condition(obj) or ("", "", "")
         if kind == "Failed":
@@ -275,8 +276,8 @@ def run_trainjob(
     finally:
         if created:
             if failed and opts.keep_on_failure:
-                print(f"[prepline] keeping the failed TrainJob {ns}/{name} (keep_on_failure): delete it with "
-                      f"kubectl delete trainjob -n {ns} {name}", file=out, flush=True)
+                logs.say(out, "prepline.train", f"keeping the failed TrainJob {ns}/{name} (keep_on_failure): delete it with "
+                         f"kubectl delete trainjob -n {ns} {name}")
             else:
                 _delete(k8s, ns, name, out, raise_errors=not failed)
 
@@ -290,8 +291,7 @@ def _create(k8s: K8s, manifest: dict, out: TextIO) -> None:
     except ApiException as e:  # 409: a TrainJob of this name exists (a retried step): replace it
         if e.status != 409:
             raise api_error(e, "create TrainJob") from None
-        print(f"[prepline] TrainJob {md['namespace']}/{md['name']} exists (a retried step?): deleting it and creating it again",
-              file=out, flush=True)
+        logs.say(out, "prepline.train", f"TrainJob {md['namespace']}/{md['name']} exists (a retried step?): deleting it and creating it again")
         k8s.delete(md["namespace"], md["name"])
         deadline = time.monotonic() + 120
         while k8s.get(md["namespace"], md["name"]) is not None:
@@ -325,11 +325,11 @@ def _wait(k8s: K8s, ns: str, name: str, opts: TrainJobOptions, timeout: float, o
 def _delete(k8s: K8s, ns: str, name: str, out: TextIO, raise_errors: bool) -> None:
     try:
         existed = k8s.delete(ns, name)
-        print(f"[prepline] TrainJob {ns}/{name} {'deleted' if existed else 'was already gone'}", file=out, flush=True)
+        logs.say(out, "prepline.train", f"TrainJob {ns}/{name} {'deleted' if existed else 'was already gone'}")
     except PreplineError as e:
         if raise_errors:
             raise
-        print(f"[prepline] could not delete TrainJob {ns}/{name}: {e.message}", file=out, flush=True)
+        logs.say(out, "prepline.train", f"could not delete TrainJob {ns}/{name}: {e.message}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -391,7 +391,7 @@ def _run_with_sdk(inputs, output, params, opts: TrainJobOptions, name: str, *, l
         except RuntimeError as e:  # the SDK wraps the API error: the server's message is in the cause
             raise api_error(e.__cause__ or e, f"create TrainJob {ns}/{name}") from None
         created = True
-        print(f"[prepline] TrainJob {ns}/{name} created through the Kubeflow SDK (runtime {opts.runtime})", file=out, flush=True)
+        logs.say(out, "prepline.train", f"TrainJob {ns}/{name} created through the Kubeflow SDK (runtime {opts.runtime})")
         seen = [0]
 
         def stream(_job=None) -> None:
@@ -425,7 +425,7 @@ def _run_with_sdk(inputs, output, params, opts: TrainJobOptions, name: str, *, l
         if created and not (failed and opts.keep_on_failure):
             try:
                 client.delete_job(name)
-                print(f"[prepline] TrainJob {ns}/{name} deleted", file=out, flush=True)
+                logs.say(out, "prepline.train", f"TrainJob {ns}/{name} deleted")
             except RuntimeError as e:
                 if not failed:
                     raise KubernetesError(f"could not delete TrainJob {ns}/{name}: {e.__cause__ or e}", "delete it by hand") from None
