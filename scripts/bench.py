@@ -80,23 +80,29 @@ _RSS_LAUNCHER = (
 )
 
 
-def run_stage(name: str, src: Path, dst: Path, params: dict, workers: int) -> tuple[float, float, dict]:
-    """Run one stage in a fresh process; returns (seconds, peak RSS MiB of its largest process, metadata)."""
+def timed(cmd: list[str], what: str, env: dict | None = None) -> tuple[float, float]:
+    """Run cmd from a fresh launcher; returns (wall seconds, peak RSS MiB of its largest process). Exits on failure."""
     import tempfile
 
-    cmd = [sys.executable, "-m", "prepline.cli", "run", name, "--input", str(src), "--output", str(dst),
-           "--workers", str(workers), "--overwrite", "--no-progress", "--params", json.dumps(params)]
     with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "rss.json"
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-S", "-c", _RSS_LAUNCHER, str(report), *cmd], stdout=subprocess.DEVNULL, stderr=log)
+        subprocess.run([sys.executable, "-S", "-c", _RSS_LAUNCHER, str(report), *cmd], stdout=log, stderr=log, env=env)
         secs = time.perf_counter() - t0
         r = json.loads(report.read_text()) if report.exists() else {"rc": -1, "maxrss_kib": 0}
         if r["rc"] != 0:
             log.seek(0)
-            raise SystemExit(f"{name} failed:\n{log.read()[-3000:]}")
+            raise SystemExit(f"{what} failed:\n{log.read()[-3000:]}")
+    return secs, r["maxrss_kib"] / 1024
+
+
+def run_stage(name: str, src: Path, dst: Path, params: dict, workers: int) -> tuple[float, float, dict]:
+    """Run one stage in a fresh process; returns (seconds, peak RSS MiB of its largest process, metadata)."""
+    cmd = [sys.executable, "-m", "prepline.cli", "run", name, "--input", str(src), "--output", str(dst),
+           "--workers", str(workers), "--overwrite", "--no-progress", "--params", json.dumps(params)]
+    secs, rss = timed(cmd, name)
     meta = json.loads((dst / "metadata.json").read_text())
-    return secs, r["maxrss_kib"] / 1024, meta
+    return secs, rss, meta
 
 
 def _row(docs: int, files: int, label: str, secs: float, rss: float, meta: dict, copy_s: float, mb: float, spec: dict,
@@ -128,8 +134,15 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated stages, run in pipeline order, each on the previous one's output")
     ap.add_argument("--memory-sizes", default="", help="also run the --only stages at these corpus sizes (docs or docs:files) and compare peak RSS")
     ap.add_argument("--json", default="", help="write the results here too")
+    ap.add_argument("--peers", action="store_true",
+                    help="compare with Data Prep Kit and datatrove on the peer corpus (benchmarks/peers/; installs them into .venv-peers/)")
+    ap.add_argument("--skip-install", action="store_true", help="--peers: use .venv-peers/ as it is")
+    ap.add_argument("--peer-tools", default="dpk,datatrove", help="--peers: which peers to run")
+    ap.add_argument("--rescore", default="", help="--peers: score the outputs of the run whose --json is given again")
     args = ap.parse_args()
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    if args.peers:
+        return peers(args)
 
     from prepline import registry
 
@@ -177,6 +190,10 @@ def main() -> int:
                 if label == name:
                     outputs[name], prev = dst, dst
                 rows.append(_row(docs, files, label, secs, rss, meta, copy_s, mb, spec, src if label == name else None))
+                print(f"[bench] {docs:>9,} {label:<14} {secs:8.2f}s {rows[-1]['docs_per_s']:>9,.0f} docs/s  peak RSS {rss:5.0f} MiB  "
+                      f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr)
+                if args.json:  # a long run leaves what it measured so far
+                    Path(args.json).write_text(json.dumps(rows, indent=2, default=str))
     print("\n×copy: wall time of the stage's process / the copy's; engine: the stage's phases only (no process start)")
     width = max(14, *(len(r["stage"]) + 1 for r in rows))
     print(f"{'docs/files':>14}  {'stage':<{width}}{'seconds':>9}{'docs/s':>10}{'MB/s':>8}{'×copy':>7}{'engine s':>9}{'×copy':>7}{'RSS MiB':>9}  notes")
@@ -190,8 +207,52 @@ def main() -> int:
         rss = f"{r['peak_rss_mib']:9.0f}" if "peak_rss_mib" in r else " " * 9
         print(f"{r['docs']:>9,}/{r['files']:<4}  {r['stage']:<{width}}{r['seconds']:>9.2f}{r['docs_per_s']:>10,.0f}{r['mb_per_s']:>8.1f}{r['ratio']:>7.2f}"
               f"{r['engine_seconds']:>9.2f}{r['engine_ratio']:>7.2f}{rss}  {notes}")
+    if len(sizes) > 1:
+        print_scale([r for r in rows if "[" not in r["stage"]], [d for d, _ in sizes])
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2, default=str))
+    return 0
+
+
+GLOBAL_STAGES = ("exact_dedup", "fuzzy_dedup")
+
+
+def print_scale(rows: list[dict], sizes: list[int]) -> None:
+    """Per stage: docs/s and peak RSS at every size, the throughput spread, and (global stages) RSS growth per document."""
+    print(f"\nscale: docs/s and peak RSS MiB at {', '.join(f'{s:,}' for s in sizes)} documents")
+    print("| stage | " + " | ".join(f"{s:,} docs/s | RSS" for s in sizes) + " | docs/s spread | RSS growth / doc |")
+    print("|---|" + "---:|---:|" * len(sizes) + "---:|---:|")
+    by = {(r["stage"], r["docs"]): r for r in rows if "peak_rss_mib" in r}
+    for stage in dict.fromkeys(r["stage"] for r in rows if "peak_rss_mib" in r):
+        got = [by.get((stage, s)) for s in sizes]
+        rates = [g["docs_per_s"] for g in got if g]
+        cells = [f"{g['docs_per_s']:,.0f} | {g['peak_rss_mib']:.0f}" if g else "— | —" for g in got]
+        spread = f"{(max(rates) / min(rates) - 1) * 100:.0f} %" if len(rates) > 1 else "—"
+        growth = "—"
+        if stage in GLOBAL_STAGES and got[0] and got[-1]:
+            d_docs = got[-1]["docs_in"] - got[0]["docs_in"]
+            growth = f"{(got[-1]['peak_rss_mib'] - got[0]['peak_rss_mib']) * 2**20 / d_docs:.0f} B" if d_docs else "—"
+        print(f"| {stage} | " + " | ".join(cells) + f" | {spread} | {growth} |")
+
+
+def peers(args) -> int:
+    sys.path.insert(0, str(ROOT / "benchmarks" / "peers"))
+    import harness
+
+    if args.rescore:  # the accuracy of an earlier --peers run's outputs again, its timings kept
+        data = json.loads(Path(args.rescore).read_text())
+        data["rows"] = harness.rescore(Path(args.work), args.docs, data["rows"])
+        Path(args.rescore).write_text(json.dumps(data, indent=2, default=str))
+        harness.print_table(data["rows"])
+        return 0
+    load = os.getloadavg()
+    rows = harness.run(Path(args.work), args.docs, [n for n in args.only.split(",") if n], timed, args.skip_install,
+                       tuple(t for t in args.peer_tools.split(",") if t))
+    print(f"\n{args.docs:,} documents; load average before the run {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}, "
+          f"after {os.getloadavg()[0]:.1f}")
+    harness.print_table(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"load_before": load, "rows": rows}, indent=2, default=str))
     return 0
 
 

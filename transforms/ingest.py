@@ -202,7 +202,7 @@ def _decompressed(rel: str, f: IO[bytes]) -> IO[bytes]:
         import zstandard
 
         return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True))  # type: ignore[arg-type]
-    return io.BufferedReader(f)  # type: ignore[arg-type] # lines of a plain file (an Arrow file cannot be iterated by line)
+    return io.BufferedReader(f, 1 << 20)  # type: ignore[arg-type] # lines of a plain file (an Arrow file cannot be iterated by line)
 
 
 def _file_errors(task: FileTask, records: Iterator) -> Iterator:

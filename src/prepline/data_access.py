@@ -126,11 +126,14 @@ class LocalLocation(Location):
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
+    # Plain reads, not memory maps: the pages of a mapped file that were read count in the process's
+    # RSS (and a container's memory) until unmapped, so a 2 GB input peaked at ~2 GB
+    # (scripts/bench_memory.py, docs/performance.md).
     def open_input(self, rel: str, size: int | None = None) -> pa.NativeFile:
-        return pa.memory_map(self.path(rel))
+        return pa.OSFile(self.path(rel))
 
     def parquet_file(self, rel: str, size: int | None = None) -> pq.ParquetFile:
-        return pq.ParquetFile(self.path(rel), memory_map=True, **PARQUET_READ_OPTIONS)
+        return pq.ParquetFile(self.path(rel), buffer_size=1 << 20, **PARQUET_READ_OPTIONS)
 
     def file_size(self, rel: str = "") -> int | None:
         p = self.path(rel)

@@ -30,7 +30,9 @@ from prepline.errors import InputError, ServiceError, ServiceUnavailable
 #: how every Parquet file prepline writes is encoded (data, work files, outputs); page checksums
 #: (CRC32) are written, and verified on every read (PARQUET_READ_OPTIONS): a corrupted page fails its file
 PARQUET_WRITE_OPTIONS = dict(compression="zstd", row_group_size=64 * 1024, write_statistics=True, write_page_checksum=True)
-PARQUET_READ_OPTIONS = dict(page_checksum_verification=True)
+# pre_buffer=False: pyarrow's default pre-buffers the column chunks of every row group an
+# iter_batches will read, i.e. the whole file, before the first batch (a 2 GB file peaked at ~2 GB)
+PARQUET_READ_OPTIONS = dict(page_checksum_verification=True, pre_buffer=False)
 
 
 @dataclass(frozen=True)

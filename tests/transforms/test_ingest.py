@@ -129,6 +129,17 @@ def test_jsonl_gz_zst_and_bad_records_counted(tmp_path):
     assert (tmp_path / "out" / "sub" / "b.jsonl.zst.parquet").exists()
 
 
+def test_plain_jsonl(tmp_path):
+    """An uncompressed local .jsonl (memory-mapped by the local storage) is read line by line."""
+    texts = news(3)
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    meta = run(src, tmp_path / "out")
+    assert [r["contents"] for r in rows(tmp_path / "out")] == texts
+    assert meta["totals"]["docs_in"] == 3 and meta["totals"]["docs_out"] == 3
+
+
 def test_csv_and_tsv(tmp_path):
     texts = news(3)
     src = tmp_path / "in"

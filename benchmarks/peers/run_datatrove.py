@@ -1,0 +1,143 @@
+"""Run one stage with datatrove's own blocks on the local executor, 2 workers.
+
+    .venv-peers/datatrove/bin/python benchmarks/peers/run_datatrove.py STAGE INPUT OUTPUT ASSETS.json
+
+Runs inside the datatrove virtual environment (benchmarks/peers/requirements-datatrove.txt), never
+imports prepline. Every stage reads the Parquet input with ``ParquetReader`` (one task per file,
+``workers=2``) and writes ``ParquetWriter`` output, with datatrove's defaults except where a
+default needs the network:
+
+* lang_id: ``LanguageFilter(label_only=True)`` with its fastText model object pointed at the
+  lid.176.ftz prepline ships (the default downloads lid.176.bin);
+* fuzzy and doc_quality: a whitespace word tokenizer (the English default, NLTK punkt, needs a
+  data download); minhash otherwise on its defaults (5-grams, 14 buckets x 8 hashes);
+* tokenization: ``DocumentTokenizer`` with the same tokenizer.json as every tool, no EOS, no
+  shuffling (prepline does not shuffle either);
+* doc_quality: ``GopherQualityFilter`` + ``GopherRepetitionFilter`` (datatrove filters where
+  prepline and DPK annotate; C4's bad-word list would be downloaded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from datatrove.utils.word_tokenizers import WordTokenizer
+
+WORKERS = 2
+
+
+class WhitespaceWords(WordTokenizer):
+    """Words split on white space; sentences on line breaks."""
+
+    def word_tokenize(self, text: str) -> list[str]:
+        return text.split()
+
+    def sent_tokenize(self, text: str) -> list[str]:
+        return [s for s in text.splitlines() if s.strip()]
+
+    def span_tokenize(self, text: str) -> list[tuple[int, int]]:
+        out, at = [], 0
+        for s in text.splitlines(keepends=True):
+            out.append((at, at + len(s.rstrip("\n"))))
+            at += len(s)
+        return out
+
+
+def document_text(doc) -> str:
+    """ExactDedupConfig's content getter (datatrove has no default): the raw text, as datatrove's examples do."""
+    return doc.text
+
+
+def _files(src: str) -> int:
+    return len([f for f in os.listdir(src) if f.endswith(".parquet")])
+
+
+def _run(steps: list[tuple[list, int, int]], dst: str) -> None:
+    from datatrove.executor import LocalPipelineExecutor
+
+    prev = None
+    for n, (pipeline, tasks, workers) in enumerate(steps):
+        prev = LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=workers, depends=prev,
+                                     logging_dir=os.path.join(dst, "_logs", f"step{n}"))
+    prev.run()
+
+
+def _reader(src: str):
+    from datatrove.pipeline.readers import ParquetReader
+
+    return ParquetReader(src, text_key="contents", id_key="id")
+
+
+def _writer(dst: str):
+    from datatrove.pipeline.writers import ParquetWriter
+
+    return ParquetWriter(os.path.join(dst, "output"), expand_metadata=True)
+
+
+def exact_dedup(src: str, dst: str, assets: dict) -> None:
+    from datatrove.pipeline.dedup.exact_dedup import ExactDedupConfig, ExactDedupFilter, ExactDedupSignature, ExactFindDedups
+
+    cfg, work, f = ExactDedupConfig(content_getter=document_text), os.path.join(dst, "_work"), _files(src)
+    _run([([_reader(src), ExactDedupSignature(output_folder=f"{work}/sigs", config=cfg)], f, WORKERS),
+          ([ExactFindDedups(data_folder=f"{work}/sigs", output_folder=f"{work}/dups", config=cfg)], 1, 1),
+          ([_reader(src), ExactDedupFilter(data_folder=f"{work}/dups", config=cfg), _writer(dst)], f, WORKERS)], dst)
+
+
+def fuzzy_dedup(src: str, dst: str, assets: dict) -> None:
+    from datatrove.pipeline.dedup import MinhashDedupBuckets, MinhashDedupCluster, MinhashDedupFilter, MinhashDedupSignature
+    from datatrove.pipeline.dedup.minhash import MinhashConfig
+
+    cfg, work, f = MinhashConfig(), os.path.join(dst, "_work"), _files(src)
+    _run([([_reader(src), MinhashDedupSignature(output_folder=f"{work}/sigs", config=cfg, language=WhitespaceWords("en"))], f, WORKERS),
+          ([MinhashDedupBuckets(input_folder=f"{work}/sigs", output_folder=f"{work}/buckets", config=cfg)], cfg.num_buckets, WORKERS),
+          ([MinhashDedupCluster(input_folder=f"{work}/buckets", output_folder=f"{work}/remove", config=cfg)], 1, 1),
+          ([_reader(src), MinhashDedupFilter(input_folder=f"{work}/remove"), _writer(dst)], f, WORKERS)], dst)
+
+
+def lang_id(src: str, dst: str, assets: dict) -> None:
+    from datatrove.pipeline.filters import LanguageFilter
+    from datatrove.utils.lid import FT176LID
+
+    class PackagedFT176(FT176LID):
+        @property
+        def model(self):
+            if self._model is None:
+                from fasttext.FastText import _FastText
+
+                self._model = _FastText(assets["lid_model"])
+            return self._model
+
+    lf = LanguageFilter(label_only=True)
+    lf.model = PackagedFT176()
+    _run([([_reader(src), lf, _writer(dst)], _files(src), WORKERS)], dst)
+
+
+def doc_quality(src: str, dst: str, assets: dict) -> None:
+    from datatrove.pipeline.filters import GopherQualityFilter, GopherRepetitionFilter
+
+    words = WhitespaceWords("en")
+    steps = [_reader(src), GopherRepetitionFilter(language=words), GopherQualityFilter(language=words), _writer(dst)]
+    _run([(steps, _files(src), WORKERS)], dst)
+
+
+def filter(src: str, dst: str, assets: dict) -> None:  # noqa: A001 - the stage's name
+    from datatrove.pipeline.filters import LambdaFilter
+
+    _run([([_reader(src), LambdaFilter(lambda doc: len(doc.text) >= 20), _writer(dst)], _files(src), WORKERS)], dst)
+
+
+def tokenization(src: str, dst: str, assets: dict) -> None:
+    from datatrove.pipeline.tokens import DocumentTokenizer
+
+    tok = DocumentTokenizer(output_folder=os.path.join(dst, "tokens"), tokenizer_name_or_path=assets["tokenizer_json"],
+                            eos_token=None, shuffle_documents=False)
+    _run([([_reader(src), tok], _files(src), WORKERS)], dst)
+
+
+STAGES = {f.__name__: f for f in (exact_dedup, fuzzy_dedup, lang_id, doc_quality, filter, tokenization)}
+
+if __name__ == "__main__":
+    stage, src, dst, assets = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(open(sys.argv[4]).read())
+    STAGES[stage](src, dst, assets)

@@ -1,0 +1,88 @@
+"""The benchmark scripts: a small smoke of scripts/bench.py (CI runs only this; the peers are not
+installed in CI), and the peer benchmark's pure parts (corpus edits, accuracy scores) on inputs
+made here. Performance targets live in the benchmark, never in these tests."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "peers"))
+
+import corpus  # noqa: E402
+import score  # noqa: E402
+
+from prepline.sample import shingle_jaccard  # noqa: E402
+
+
+@pytest.mark.slow
+def test_bench_smoke_prints_its_table(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--docs", "2000", "--only", "doc_id,filter",
+                          "--work", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["docs", "stage"])
+    rows = [line.split() for line in lines[head + 1 :] if line.strip()]
+    assert [r[1] for r in rows] == ["parquet", "doc_id", "filter"]
+    for r in rows[1:]:
+        assert r[0] == "2,000" and float(r[2]) > 0 and float(r[8]) > 0  # seconds, peak RSS MiB
+
+
+def _words(n: int, rng: random.Random) -> str:
+    return " ".join(f"w{rng.randrange(5000)}" for _ in range(n))
+
+
+def test_near_copy_reaches_its_target_and_reports_the_true_jaccard():
+    rng = random.Random(1)
+    for target in (0.55, 0.7, 0.8, 0.95):
+        text = _words(220, rng)
+        got = corpus._near_copy(text, target, rng)
+        assert got is not None
+        copy, j = got
+        assert 0.5 <= j <= target and j == pytest.approx(shingle_jaccard(text, copy))
+    assert corpus._near_copy(_words(30, rng), 0.8, rng) is None  # too short to edit
+
+
+def test_recut_keeps_every_word_in_order():
+    rng = random.Random(2)
+    texts = [_words(rng.randint(5, 900), rng) for _ in range(40)]
+    docs = corpus._recut(texts, random.Random(3))
+    assert " ".join(" ".join(docs).split()) == " ".join(" ".join(texts).split())
+    assert all(len(d) <= 2 * corpus.CUT[1] + 20 for d in docs[:-1])
+
+
+def _write(folder: Path, ids: list[str], **cols) -> Path:
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({"id": ids, **cols}), folder / "part-00000.parquet")
+    return folder
+
+
+def test_scores_against_a_known_truth(tmp_path):
+    truth = tmp_path / "truth"
+    truth.mkdir()
+    docs = [("a", "original", None, "en"), ("b", "exact", "a", "en"), ("c", "exact_case", "a", "en"),
+            ("d", "original", None, "de"), ("e", "near", "d", "de"), ("f", "original", None, "ja")]
+    pq.write_table(pa.table({"id": [d[0] for d in docs], "kind": [d[1] for d in docs], "dup_of": [d[2] for d in docs],
+                             "lang": [d[3] for d in docs]}), truth / "docs.parquet")
+    pq.write_table(pa.table({"a": ["d", "a"], "b": ["e", "f"], "jaccard": [0.8, 0.6]}), truth / "pairs.parquet")
+    src = _write(tmp_path / "src", [d[0] for d in docs])
+    # exact: one of a's two copies removed, and d (no copy of anything) removed by mistake
+    out = _write(tmp_path / "exact", ["a", "c", "e", "f"])
+    assert score.exact(truth, src, out) == {"removed": 2, "recall": 0.5, "precision": 0.5}
+    # fuzzy: the d/e pair (0.8) caught by removing d; f removed although its only partner is at 0.6
+    out = _write(tmp_path / "fuzzy", ["a", "b", "c", "e"])
+    assert score.fuzzy(truth, src, out) == {"removed": 2, "pairs": 1, "recall": 1.0, "precision": 0.5}
+    # lang: region and script suffixes and fastText labels are cut off; documents without truth are not scored
+    out = _write(tmp_path / "lang", ["a", "d", "f", "zz"], lang=["en-US", "__label__de", "zh_Hans", "en"])
+    assert score.lang(truth, out, "lang") == {"docs": 3, "accuracy": pytest.approx(2 / 3)}
+    ref = {"a": 3, "b": 0, "d": 5}
+    assert score.compare_tokens(ref, {"a": 3, "d": 4}) == {"docs": 2, "identical_docs": 1, "missing_nonempty": 0,
+                                                          "total": 7, "prepline_total": 8}
+    assert score.compare_tokens(ref, None, 8)["identical_total"] is True
