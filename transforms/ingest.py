@@ -78,6 +78,10 @@ class _Batch:
     def __len__(self) -> int:
         return len(self.cols["source_id"])
 
+    def clear(self) -> None:
+        for v in self.cols.values():
+            v.clear()
+
     def table(self, text_column: str) -> pa.Table:
         names = {"text": text_column}
         return pa.table({names.get(k, k): pa.array(v, pa.string()) for k, v in self.cols.items()})
@@ -114,7 +118,7 @@ class Ingest(Transform):
             for _ in _file_errors(task, reader(task, f, batch)):
                 if len(batch) >= self.config.batch_records:
                     yield batch.table(self.config.text_column)
-                    batch = _Batch()
+                    batch.clear()  # the same object: the reader appends to the batch it was given
         finally:
             f.close()
         yield batch.table(self.config.text_column)

@@ -140,6 +140,23 @@ def test_plain_jsonl(tmp_path):
     assert meta["totals"]["docs_in"] == 3 and meta["totals"]["docs_out"] == 3
 
 
+@pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz", "a.csv"])
+def test_every_record_past_the_first_batch_is_kept(tmp_path, name):
+    """Files longer than batch_records: every record reaches the output, in order (the reader once kept
+    filling the first batch, so all but the first batch_records records vanished, uncounted)."""
+    texts = [f"document number {i}" for i in range(7)]
+    src = tmp_path / "in"
+    src.mkdir()
+    if name.endswith(".csv"):
+        body = "text\n" + "".join(f"{t}\n" for t in texts)
+    else:
+        body = "".join(json.dumps({"text": t}) + "\n" for t in texts)
+    (src / name).write_bytes(gzip.compress(body.encode()) if name.endswith(".gz") else body.encode())
+    meta = run(src, tmp_path / "out", batch_records=2)
+    assert [r["contents"] for r in rows(tmp_path / "out")] == texts
+    assert meta["totals"]["docs_in"] == 7 and meta["totals"]["docs_out"] == 7
+
+
 def test_csv_and_tsv(tmp_path):
     texts = news(3)
     src = tmp_path / "in"
