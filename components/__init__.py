@@ -20,11 +20,12 @@ def _in_image(component, image: str, images):
 
 def catalog(images=None) -> dict:
     from prepline.components.fine_tune import COMPONENTS as FINE_TUNE
+    from prepline.components.pipeline_steps import COMPONENTS as STEPS
     from prepline.components.ray_stage import COMPONENTS
     from prepline.components.run_pipeline import COMPONENTS as CHAINING
     from prepline.images import DEFAULT
 
     images = images or DEFAULT
-    out = {k: _in_image(c, images.launcher, images) for k, c in {**COMPONENTS, **CHAINING}.items()}
+    out = {k: _in_image(c, images.launcher, images) for k, c in {**COMPONENTS, **CHAINING, **STEPS}.items()}
     out.update({k: _in_image(c, images.trainer, images) for k, c in FINE_TUNE.items()})
     return out

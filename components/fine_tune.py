@@ -32,19 +32,22 @@ def fine_tune(
     metrics: Output[Metrics],
     summary: Output[Markdown],
     trainer_image: str = "",
+    defaults_json: str = "{}",
 ) -> NamedTuple("FineTuned", [("model_uri", str), ("final_loss", float)]):
     """Train a causal LM on the token shards of the run's tokenization outputs (one per language of
     train_languages, or of languages when that is empty) into <work_root>/<run>/fine_tune: locally
     (mode='local', a subprocess) or as a Kubeflow Trainer TrainJob (mode='cluster', options in
     trainjob_json). The final model is copied into the Model artifact; Metrics get the final loss,
-    the tokens seen and tokens/s. A restarted step resumes from the last checkpoint."""
+    the tokens seen and tokens/s. A restarted step resumes from the last checkpoint. train_params_json
+    is merged over defaults_json (a pipeline spec's train.params)."""
     from collections import namedtuple
 
     from prepline.data_access import open_location
+    from prepline.pipelines.steps import train_params
     from prepline.train.step import fine_tune as run, summary_markdown
 
-    s = run(mode, work_root, run_id, languages, train_languages, train_params_json, trainjob_json, s3_secret_name, timeout_seconds,
-            image=trainer_image)
+    s = run(mode, work_root, run_id, languages, train_languages, train_params(defaults_json, train_params_json), trainjob_json,
+            s3_secret_name, timeout_seconds, image=trainer_image)
     src = open_location(s["model"])
     dst = open_location(model.path)
     for f in src.list_all():

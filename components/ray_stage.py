@@ -6,15 +6,15 @@ the launcher image (:mod:`prepline.images`; the pipelines set it from their ``la
 parameter); nothing here reads the environment at compile time.
 """
 
-
-from typing import NamedTuple
-
 from kfp import dsl
 from kfp.dsl import Markdown, Metrics, Output
 
 from prepline.images import LAUNCHER_IMAGE
 
 _component = dsl.component(base_image=LAUNCHER_IMAGE, install_kfp_package=False)
+
+#: what prepare_args returns for a stage the run's plan does not run for this branch
+SKIP = "skip"
 
 
 @_component
@@ -31,77 +31,76 @@ def prepare_args(
     input_from_split: bool,
     cluster_json: str,
     run_id_override: str = "",
-) -> NamedTuple("PreparedStage", [("config_json", str), ("input_path", str), ("output_path", str), ("cluster_name", str), ("workers", int)]):
+    from_plan: bool = False,
+) -> str:
     """Validate the stage's parameters (a bad one fails here, before any cluster starts) and compute
-    its input and output paths and cluster name from the run id, the stage and the branch
-    (paths from ``run_id_override`` instead when it is set: a chained child run writes under its parent's run)."""
-    from collections import namedtuple
+    its input and output paths, merged cluster settings and cluster name from the run id, the stage
+    and the branch (paths from ``run_id_override`` instead when it is set: a chained child run
+    writes under its parent's run); with ``from_plan``, all of it from the run's plan.json.
+    Returns the prepared stage as JSON, or 'skip' when the plan does not run it for this branch."""
+    import json
 
     from prepline.stages import prepare
 
     r = prepare(transform, params_json, work_root, run_id, stage, branch, input_path, input_stage, input_from_split,
-                cluster_json, overrides_json, run_id_override)
-    out = namedtuple("PreparedStage", ["config_json", "input_path", "output_path", "cluster_name", "workers"])
-    return out(r["config_json"], r["input_path"], r["output_path"], r["cluster_name"], r["workers"])
+                cluster_json, overrides_json, run_id_override, from_plan)
+    if not r["run"]:
+        print(f"[prepline] {stage}{' (' + branch + ')' if branch else ''}: not run: {r['reason']}", flush=True)
+        return "skip"
+    return json.dumps(r, sort_keys=True)
 
 
 @_component
-def start_ray_cluster(
-    provider: str, provider_json: str, cluster_json: str, overrides_json: str, run_id: str, stage: str, branch: str,
-    timeout_seconds: int, ray_image: str = "", s3_secret_name: str = "",
-) -> str:
+def start_ray_cluster(prepared: str, provider: str, provider_json: str, timeout_seconds: int, ray_image: str = "",
+                      s3_secret_name: str = "") -> str:
     """Create the stage's Ray cluster (KubeRay, or a local Ray head) and wait until it accepts jobs; fail
-    at once with the reason when it cannot start. Its pods run ``ray_image`` (unless cluster_json names
-    an image) and get every key of ``s3_secret_name`` (unless cluster_json sets env_from_secrets)."""
+    at once with the reason when it cannot start. Its pods run ``ray_image`` (unless the cluster
+    settings name an image) and get every key of ``s3_secret_name`` (unless they set env_from_secrets)."""
+    import json
+
     from prepline.stages import start
 
-    return start(provider, provider_json, cluster_json, run_id, stage, branch, timeout_seconds, overrides_json,
+    p = json.loads(prepared)
+    return start(provider, provider_json, p["cluster_json"], p["run_id"], p["stage"], p["branch"], timeout_seconds,
                  image=ray_image, s3_secret_name=s3_secret_name)
 
 
 @_component
 def execute_ray_job(
+    prepared: str,
     provider: str,
     provider_json: str,
-    cluster_json: str,
-    overrides_json: str,
-    run_id: str,
-    stage: str,
-    branch: str,
-    transform: str,
-    config_json: str,
-    input_path: str,
-    output_path: str,
-    workers: int,
     max_failed_files: int,
     timeout_seconds: int,
     summary: Output[Markdown],
     metrics: Output[Metrics],
 ) -> int:
-    """Run the transform as a Ray job, stream its logs, then check its metadata.json: the step fails
-    when the job fails, when files failed beyond the tolerance, or when the counts do not add up.
-    Returns the number of documents written."""
-    from prepline.stages import execute, summary_markdown
+    """Run the transform as a Ray job, stream its logs (with its progress lines), then check its
+    metadata.json: the step fails when the job fails, when files failed beyond the tolerance, or when
+    the counts do not add up. The Markdown and Metrics show the documents, the removals by reason, the
+    transform's own headline numbers and the time (work apart from start-up). Returns the number of
+    documents written."""
+    import json
 
-    meta = execute(provider, provider_json, cluster_json, run_id, stage, branch, transform, config_json, input_path,
-                   output_path, workers, max_failed_files, timeout_seconds, overrides_json=overrides_json)
+    from prepline.stages import execute, metrics_of, summary_markdown
+
+    p = json.loads(prepared)
+    meta = execute(provider, provider_json, p["cluster_json"], p["run_id"], p["stage"], p["branch"], p["transform"],
+                   p["config_json"], p["input_path"], p["output_path"], p["workers"], max_failed_files, timeout_seconds)
     with open(summary.path, "w") as f:
-        f.write(summary_markdown(meta, stage + (f" ({branch})" if branch else "")))
-    t = meta["totals"]
-    for k in ("docs_in", "docs_out", "files_failed"):
-        metrics.log_metric(k, t.get(k, 0))
-    for k, v in t["removed"].items():
-        metrics.log_metric(f"removed_{k}", v)
-    metrics.log_metric("seconds", t["seconds"])
-    return int(t["docs_out"])
+        f.write(summary_markdown(meta, p["stage"] + (f" ({p['branch']})" if p["branch"] else "")))
+    for k, v in metrics_of(meta).items():
+        metrics.log_metric(k, v)
+    return int(meta["totals"]["docs_out"])
 
 
 @_component
-def stop_ray_cluster(provider: str, provider_json: str, cluster_json: str, overrides_json: str, run_id: str, stage: str, branch: str):
+def stop_ray_cluster(provider: str, provider_json: str, cluster_json: str, overrides_json: str, run_id: str, stage: str, branch: str,
+                     work_root: str = "", from_plan: bool = False, run_id_override: str = ""):
     """Exit task: delete the stage's cluster, whatever happened before. Fails loudly if it cannot."""
     from prepline.stages import stop
 
-    stop(provider, provider_json, cluster_json, run_id, stage, branch, overrides_json)
+    stop(provider, provider_json, cluster_json, run_id, stage, branch, overrides_json, work_root, from_plan, run_id_override)
 
 
 COMPONENTS = {c.name.replace("-", "_"): c for c in (prepare_args, start_ray_cluster, execute_ray_job, stop_ray_cluster)}

@@ -1,10 +1,18 @@
-"""One factory for every pipeline: a simple pipeline per registered transform, and the super pipeline
-that nests them (doc_id → exact_dedup → fuzzy_dedup → lang_id → ParallelFor(language){quality → PII →
-HAP → filter → tokenization}). Stages not in the registry are left out, never stubbed.
+"""One factory for every pipeline: a simple pipeline per registered transform, and the pipelines
+compiled from a pipeline spec (:mod:`prepline.pipelines.spec`), nested or SDK-chained. The
+shipped super pipeline is the spec ``specs/super.yaml``::
+
+    plan → [ingest] → global stages → ParallelFor(languages){branch stages up to filter}
+         → train_tokenizer → ParallelFor(languages){tokenization} → check_documents → fine_tune → run_report
+
+``plan`` resolves the spec for the run and writes ``plan.json`` to the run folder; every stage
+reads its input, parameters and cluster from there (``from_plan``), and a stage the plan does
+not run for a branch (ingest for a Parquet input, hap outside English) ends after its prepare
+step. Stages not in the registry are refused by the spec, never stubbed.
 
 No hand-written pipeline per transform, no environment read at compile time: the compiled YAML
-depends only on the registry, these functions and the one image setting (``ImageSet``: registry
-and tag). Every task's image is a pipeline parameter (``launcher_image``, ``trainer_image``;
+depends only on the registry, the spec, these functions and the one image setting (``ImageSet``:
+registry and tag). Every task's image is a pipeline parameter (``launcher_image``, ``trainer_image``;
 ``task.set_container_image``, resolved by the KFP driver, backend >= 2.4) whose default is that
 setting; ``ray_image`` goes to the clusters the same way.
 """
@@ -16,20 +24,15 @@ from kfp import dsl, kubernetes
 
 from prepline import registry, stage_params
 from prepline.components.fine_tune import fine_tune
-from prepline.components.ray_stage import execute_ray_job, prepare_args, start_ray_cluster, stop_ray_cluster
+from prepline.components.pipeline_steps import check_documents, plan_run, run_report, train_tokenizer
+from prepline.components.ray_stage import SKIP, execute_ray_job, prepare_args, start_ray_cluster, stop_ray_cluster
 from prepline.images import DEFAULT as DEFAULT_IMAGES
 from prepline.images import ImageSet
-from prepline.stage_params import DEFAULT_LANGUAGES, DEFAULT_S3_SECRET  # noqa: F401 (re-exported)
+from prepline.pipelines import spec as specs
+from prepline.pipelines.spec import INGEST, PipelineSpec
 
 S3_SECRET_KEYS = {"AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY",
                   "PREPLINE_S3_ENDPOINT": "PREPLINE_S3_ENDPOINT"}
-
-GLOBAL_STAGES = ["doc_id", "exact_dedup", "fuzzy_dedup", "lang_id"]
-BRANCH_STAGES = ["doc_quality", "pii_redactor", "hap", "filter", "tokenization"]
-#: the super pipeline's default training parameters: the branches' tokenizers differ when each
-#: branch trains its own (tokenization's default), so one vocabulary per tokenizer (docs/fine_tune.md)
-#: and a short run (about a minute on 2 CPU cores) so the local super pipeline stays quick; raise steps for real use
-DEFAULT_TRAIN_PARAMS = {"mixed_tokenizers": "separate", "steps": 60, "seq_len": 128, "batch_size": 8, "checkpoint_every": 20}
 
 
 def _params_table(transform: str) -> str:
@@ -70,140 +73,160 @@ def in_image(task, image):
     return task.set_container_image(image)
 
 
+def _step(task, name: str, image):
+    """A pipeline step around the stages: its name, no caching (its effect is in the run folder), its image."""
+    task.set_display_name(name).set_caching_options(False)
+    return in_image(task, image)
+
+
 @lru_cache(maxsize=None)
 def simple_pipeline(transform: str, images: ImageSet = DEFAULT_IMAGES):
-    """The simple pipeline of one transform: prepare_args → start → run, with stop as the exit task."""
+    """The simple pipeline of one transform: prepare_args → start → run, with stop as the exit task;
+    start and run only when prepare says the stage runs (a spec pipeline's plan may say it does not)."""
     cls = registry.get(transform)
 
     def build(input_path, work_root, params_json, overrides_json, branch, input_stage, input_from_split, provider,
               provider_json, cluster_json, max_failed_files, timeout_seconds, start_timeout_seconds, s3_secret_name, run_id,
-              launcher_image, ray_image):
+              launcher_image, ray_image, from_plan):
         job_id = dsl.PIPELINE_JOB_ID_PLACEHOLDER
-        common = dict(provider=provider, provider_json=provider_json, cluster_json=cluster_json, overrides_json=overrides_json,
-                      run_id=job_id, stage=transform, branch=branch)
-        stop = stop_ray_cluster(**common).set_display_name(f"stop cluster ({transform})")
-        _with_s3_secret(stop, s3_secret_name)
+        stop = stop_ray_cluster(provider=provider, provider_json=provider_json, cluster_json=cluster_json,
+                                overrides_json=overrides_json, run_id=job_id, stage=transform, branch=branch, work_root=work_root,
+                                from_plan=from_plan, run_id_override=run_id).set_display_name(f"stop cluster ({transform})")
         with dsl.ExitHandler(stop, name=f"{stage_component_name(transform)}-stage"):
             prep = prepare_args(
                 transform=transform, params_json=params_json, overrides_json=overrides_json, work_root=work_root, run_id=job_id,
                 stage=transform, branch=branch, input_path=input_path, input_stage=input_stage,
-                input_from_split=input_from_split, cluster_json=cluster_json, run_id_override=run_id,
+                input_from_split=input_from_split, cluster_json=cluster_json, run_id_override=run_id, from_plan=from_plan,
             ).set_display_name(f"prepare {transform}")
-            start = start_ray_cluster(**common, timeout_seconds=start_timeout_seconds, ray_image=ray_image,
-                                      s3_secret_name=s3_secret_name).after(prep)
-            start.set_display_name(f"start cluster ({transform})")
-            _with_s3_secret(start, s3_secret_name)
-            run = execute_ray_job(
-                **common, transform=transform, config_json=prep.outputs["config_json"], input_path=prep.outputs["input_path"],
-                output_path=prep.outputs["output_path"], workers=prep.outputs["workers"], max_failed_files=max_failed_files,
-                timeout_seconds=timeout_seconds,
-            ).after(start)
-            run.set_display_name(f"run {transform}")
-            _with_s3_secret(run, s3_secret_name)
-            for t in (prep, start, run, stop):
-                t.set_caching_options(False)  # a stage's effect is its output folder, not a KFP artifact
-                in_image(t, launcher_image)
+            with dsl.If(prep.output != SKIP, name=f"{stage_component_name(transform)}-runs"):
+                start = start_ray_cluster(prepared=prep.output, provider=provider, provider_json=provider_json,
+                                          timeout_seconds=start_timeout_seconds, ray_image=ray_image, s3_secret_name=s3_secret_name)
+                start.set_display_name(f"start cluster ({transform})")
+                run = execute_ray_job(prepared=prep.output, provider=provider, provider_json=provider_json,
+                                      max_failed_files=max_failed_files, timeout_seconds=timeout_seconds).after(start)
+                run.set_display_name(f"run {transform}")
+        for t in (prep, start, run, stop):  # prepare and stop read the run's plan.json with from_plan
+            _with_s3_secret(t, s3_secret_name)
+            t.set_caching_options(False)  # a stage's effect is its output folder, not a KFP artifact
+            in_image(t, launcher_image)
 
     summary = f"{transform}: {cls.summary}.\n\nTransform parameters (params_json):\n{_params_table(transform)}"
     return make_pipeline(stage_component_name(transform), transform, f"prepline {transform}: {cls.summary}", summary,
                          stage_params.STAGE, build, stage_params.image_defaults(images))
 
 
-def super_stages() -> tuple[list[str], list[str]]:
-    names = set(registry.names())
-    return [s for s in GLOBAL_STAGES if s in names], [s for s in BRANCH_STAGES if s in names]
+# ----------------------------------------------------------------------------------------------
+# pipelines from a spec
 
 
-def default_overrides() -> dict:
-    """What the super pipeline sets by default: lang_id splits by language; filter keeps sound docs."""
-    g, b = super_stages()
-    o: dict = {}
-    if "lang_id" in g:
-        o["lang_id"] = {"params": {"split": True}}
-    if "filter" in b:
-        o["filter"] = {"params": {"criteria": default_filter_criteria()}}
-    return o
+def spec_params(spec: PipelineSpec) -> list[str]:
+    """The parameters of a spec pipeline (the training ones only when it trains)."""
+    return [p for p in stage_params.SUPER if spec.train or p not in stage_params.TRAIN]
 
 
-def default_filter_criteria() -> list[str]:
-    crit = ["length(trim(contents)) >= 20"]
-    names = set(registry.names())
-    if "doc_quality" in names:
-        crit.append("dq_gopher_pass")
-    if "hap" in names:  # the packaged profanity model is English-only: do not judge other languages by it
-        crit.append("(lang <> 'en' OR hap_score < 0.9)")
-    return crit
+def spec_defaults(spec: PipelineSpec, images: ImageSet = DEFAULT_IMAGES) -> dict:
+    """A spec pipeline's parameter defaults that differ from :mod:`prepline.stage_params`: its
+    languages, input format and text column; overrides_json and train_params_json are {} (what a
+    user passes merges into the spec's settings, it does not replace them)."""
+    d = {"input_format": spec.input_format, "text_column": spec.text_column, **stage_params.image_defaults(images)}
+    if spec.branches:
+        d["languages"] = list(spec.branches.languages)
+    if not spec.train:
+        d.pop("trainer_image")
+    return d
 
 
-def super_defaults(images: ImageSet = DEFAULT_IMAGES) -> dict:
-    """The super pipelines' parameter defaults that differ from :mod:`prepline.stage_params`."""
-    return {"overrides_json": json.dumps(default_overrides(), sort_keys=True), "train_params_json": json.dumps(DEFAULT_TRAIN_PARAMS),
-            **stage_params.image_defaults(images)}
+#: spec pipelines' descriptions that differ from the stage ones
+SUPER_HELP = {"input_path": "Input folder, file or s3:// URI: Parquet, or JSONL, CSV, WARC/WET, HF dataset shards (see input_format).",
+              "train_params_json": "Training parameters as JSON, merged over the pipeline spec's (steps, batch_size, lr, seq_len, ...: "
+                                   "docs/fine_tune.md)."}
 
 
-#: super pipelines' descriptions that differ from the stage ones
-SUPER_HELP = {"input_path": "Input folder or s3:// URI of Parquet files (the first stage reads it)."}
-
-
-def wire_super(stage, a: dict, run_id) -> None:
-    """The super pipelines' graph: the global stages in order, then (after lang_id's split) one
-    ParallelFor branch per language, then the fine-tune fan-in. ``stage(name, input_stage, lang,
-    from_split)`` creates one stage's task (``lang`` is None outside the branches; ``from_split``
-    is true for the first stage of a branch, which reads lang_id's split); ``a`` holds the pipeline's arguments and ``run_id`` is the run the
-    stages wrote under (for fine_tune to find the token shards)."""
-    glob, branch = super_stages()
-    split = "lang_id" in glob
-    prev, prev_name = None, ""
-    for s in glob + ([] if split else branch):  # no language split available: the branch stages run once, un-branched
-        t = stage(s, prev_name, None, False).set_display_name(s)
-        if prev is not None:
-            t.after(prev)
-        prev, prev_name = t, s
-    if not (split and branch):
-        return
-    with dsl.ParallelFor(a["languages"], parallelism=len(DEFAULT_LANGUAGES), name="per-language") as lang:
-        bprev, bprev_name = None, ""
-        for s in branch:
-            t = stage(s, bprev_name or prev_name, lang, bprev is None).set_display_name(s)
-            t.after(bprev if bprev is not None else prev)
-            bprev, bprev_name = t, s
-    if bprev_name == "tokenization":  # fan-in: train on the branches' token shards (found by their paths)
+def wire(spec: PipelineSpec, a: dict, stage, run_id) -> None:
+    """The graph of a spec pipeline (module doc). ``stage(name, lang)`` creates one stage's task
+    (``lang`` is None outside the branches), ``a`` holds the pipeline's arguments and ``run_id``
+    is the run the stages write under."""
+    launcher = a["launcher_image"]
+    plan = _step(plan_run(spec_json=spec.to_json(), input_path=a["input_path"], work_root=a["work_root"], run_id=run_id,
+                          languages=a["languages"], input_format=a["input_format"], text_column=a["text_column"],
+                          overrides_json=a["overrides_json"], cluster_json=a["cluster_json"]), "plan", launcher)
+    _with_s3_secret(plan, a["s3_secret_name"])
+    last = plan
+    for s in ([INGEST] if INGEST in registry.names() else []) + [s.name for s in spec.stages]:
+        last = stage(s, None).set_display_name(s).after(last)
+    if spec.branches:
+        names = [s.name for s in spec.branch_stages]
+        cut = spec.tokenizer_split()
+        loops = [names[:cut], names[cut:]] if cut is not None else [names]
+        for i, group in enumerate(loops):
+            if i == 1:  # one tokenizer for every branch, trained on what the first loop wrote
+                last = _step(train_tokenizer(work_root=a["work_root"], run_id=run_id), "train_tokenizer", launcher).after(last)
+                _with_s3_secret(last, a["s3_secret_name"])
+            if not group:
+                continue
+            with dsl.ParallelFor(a["languages"], parallelism=len(spec.branches.languages) + 1,
+                                 name="per-language" + ("-tokens" if i else "")) as lang:
+                prev = last
+                for s in group:
+                    prev = stage(s, lang).set_display_name(s).after(prev)
+            last = prev  # after() on a task of a loop waits for every iteration
+    check = _step(check_documents(work_root=a["work_root"], run_id=run_id), "check_documents", launcher).after(last)
+    last = _with_s3_secret(check, a["s3_secret_name"])
+    if spec.train:
         ft = fine_tune(
             mode=a["train_mode"], work_root=a["work_root"], run_id=run_id, languages=a["languages"],
             train_languages=a["train_languages"], train_params_json=a["train_params_json"], trainjob_json=a["trainjob_json"],
             s3_secret_name=a["s3_secret_name"], timeout_seconds=a["train_timeout_seconds"], trainer_image=a["trainer_image"],
-        ).after(bprev)
-        ft.set_display_name("fine_tune").set_caching_options(False)
-        in_image(ft, a["trainer_image"])
-        _with_s3_secret(ft, a["s3_secret_name"])
+            defaults_json=json.dumps(spec.train_params, sort_keys=True),
+        ).after(check)
+        last = _with_s3_secret(_step(ft, "fine_tune", a["trainer_image"]), a["s3_secret_name"])
+    # the run's HTML report, last (an HTML artifact in the KFP UI, and report.html in the run folder)
+    report = _step(run_report(work_root=a["work_root"], run_id=run_id), "run_report", launcher).after(last)
+    _with_s3_secret(report, a["s3_secret_name"])
 
 
-def super_summary(head: str, tail: str = "") -> str:
-    glob, branch = super_stages()
-    return f"{head}: " + " → ".join(glob) + (" → per language: " + " → ".join(branch) if branch else "") + tail + "."
+def spec_pipeline(spec: PipelineSpec, images: ImageSet = DEFAULT_IMAGES):
+    """The nested KFP pipeline of a spec: each stage is its simple pipeline, one cluster per stage."""
+    return _spec_pipeline(spec.to_json(), images)
 
 
 @lru_cache(maxsize=None)
-def super_pipeline(images: ImageSet = DEFAULT_IMAGES):
+def _spec_pipeline(spec_json: str, images: ImageSet):
+    spec = specs.load(json.loads(spec_json))
+    # made before the graph: a pipeline cannot be defined while another one is
+    stages = {s: simple_pipeline(s, images) for s in [*spec.order()] if s in registry.names()}
+
     def build(**a):
         shared = {k: a[k] for k in stage_params.SHARED}
 
-        def stage(s, input_stage, lang, from_split):
-            branched = {} if lang is None else {"branch": lang, "input_from_split": from_split}
-            return simple_pipeline(s, images)(input_path=a["input_path"], input_stage=input_stage, **branched, **shared)
+        def stage(s, lang):
+            return stages[s](input_path=a["input_path"], branch="" if lang is None else lang, from_plan=True, **shared)
 
-        wire_super(stage, a, dsl.PIPELINE_JOB_ID_PLACEHOLDER)
+        wire(spec, a, stage, dsl.PIPELINE_JOB_ID_PLACEHOLDER)
 
-    return make_pipeline("prepline-super", "super_pipeline",
-                         "prepline super pipeline: every stage, one cluster per stage, per-language branches",
-                         super_summary("The super pipeline"), stage_params.SUPER, build, super_defaults(images), SUPER_HELP)
+    return make_pipeline(spec.kfp_name(), spec.name, f"prepline {spec.name}: {spec.description or 'a pipeline spec'}",
+                         spec.summary(f"The {spec.name} pipeline"), spec_params(spec), build, spec_defaults(spec, images),
+                         SUPER_HELP)
+
+
+def super_pipeline(images: ImageSet = DEFAULT_IMAGES):
+    """The shipped super pipeline (specs/super.yaml)."""
+    return spec_pipeline(specs.shipped(), images)
 
 
 def pipelines(images: ImageSet = DEFAULT_IMAGES) -> dict:
     """Every pipeline by its name (the compiled file stem), its images from ``images``."""
-    from prepline.pipelines.chained import chained_super_pipeline
+    from prepline.pipelines.chained import chained_pipeline
 
     out = {t: simple_pipeline(t, images) for t in registry.names()}
-    out["super"] = super_pipeline(images)
-    out["super_chained"] = chained_super_pipeline(images)
+    shipped = specs.shipped()
+    out[shipped.name] = spec_pipeline(shipped, images)
+    out[f"{shipped.name}_chained"] = chained_pipeline(shipped, images)
     return out
+
+
+def spec_pipelines(spec: PipelineSpec, images: ImageSet = DEFAULT_IMAGES) -> dict:
+    """The nested and the SDK-chained pipeline of a spec, by their file stems."""
+    from prepline.pipelines.chained import chained_pipeline
+
+    return {spec.name: spec_pipeline(spec, images), f"{spec.name}_chained": chained_pipeline(spec, images)}

@@ -21,8 +21,6 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-#: the super pipeline's stage order (pipelines/factory.py; not imported: the Ray image has no kfp)
-ORDER = ["ingest", "doc_id", "exact_dedup", "fuzzy_dedup", "lang_id", "doc_quality", "pii_redactor", "hap", "filter", "tokenization"]
 #: parameters a transform needs beyond its defaults to run on this corpus
 PARAMS = {
     "filter": {"criteria": ["length(trim(contents)) >= 20"]},
@@ -51,6 +49,13 @@ FR = [
 ]
 
 
+def stage_order() -> list[str]:
+    """The shipped super pipeline's stage order, ingest first (its spec: package data, no kfp needed)."""
+    from prepline.pipelines.spec import shipped
+
+    return shipped().order()
+
+
 def build_corpus(folder: Path) -> int:
     texts = EN + JA + FR
     texts = texts + [texts[0], texts[6] + " ", "", "short"]  # an exact duplicate, a near one, empty and short documents
@@ -68,7 +73,8 @@ def run(work: Path) -> dict[str, dict]:
     from prepline.engine import RunOptions, run_transform
 
     names = registry.names()
-    order = [n for n in ORDER if n in names] + sorted(set(names) - set(ORDER))
+    order = stage_order()
+    order = [n for n in order if n in names] + sorted(set(names) - set(order))
     src = work / "input"
     n = build_corpus(src)
     results = {}

@@ -3,13 +3,17 @@
 
     .venv/bin/python scripts/bench.py --docs 200000            # all stages
     .venv/bin/python scripts/bench.py --docs 200000 --only exact_dedup --memory-sizes 200000,400000
+    .venv/bin/python scripts/bench.py --docs 200000 --only exact_dedup --memory-sizes 200000:16,1000000:80
 
 Builds the corpus with the sample builder (real text, perturbed to scale), times a plain pyarrow
 read+write copy of it, then runs each stage as `prepline run` in a fresh process (so peak RSS is
 the stage's own) and prints docs/s, MB/s, peak RSS and the ratio to the copy time. Stages run in
 pipeline order, each on the previous stage's output; a stage's `benchmarks/<name>.py` may set the
-input stage, parameters, a raw-library baseline (e.g. fastText predict rate on the same texts) and
-targets. Machines are noisy: only ratios measured in the same run are meaningful.
+input stage, parameters, a raw-library baseline (e.g. fastText predict rate on the same texts),
+variants (the same stage with other parameters, run right after it on the same input, e.g. a
+former default) and targets. Machines are noisy: only ratios measured in the same run are
+meaningful. A memory size ``docs:files`` builds that corpus in that many files (the same docs per
+file at every size: then peak RSS grows with the stage's state, not with the file size).
 """
 
 from __future__ import annotations
@@ -26,8 +30,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# pipeline order and the stage whose output each stage reads (default: the previous one)
-DEFAULT_ORDER = ["doc_id", "exact_dedup", "fuzzy_dedup", "lang_id", "doc_quality", "pii_redactor", "hap", "filter", "tokenization"]
+
+def default_order() -> list[str]:
+    """The shipped super pipeline's stage order (its spec), without ingest (the corpus is Parquet)."""
+    from prepline.pipelines.spec import INGEST, shipped
+
+    return [n for n in shipped().order() if n != INGEST]
 
 
 def load_specs() -> dict[str, dict]:
@@ -97,6 +105,26 @@ def run_stage(name: str, src: Path, dst: Path, params: dict, workers: int) -> tu
     return secs, rss, meta
 
 
+def _row(docs: int, files: int, label: str, secs: float, rss: float, meta: dict, copy_s: float, mb: float, spec: dict,
+         baseline_src: Path | None) -> dict:
+    t = meta["totals"]
+    in_mb = t["bytes_in"] / 1e6
+    # the engine's own time (its phases), without the ~1 s of process start and imports that the
+    # in-process copy does not pay: what a long run converges to
+    eng = sum(p.get("seconds", 0.0) for p in meta.get("phases", {}).values())
+    copy_same = copy_s * in_mb / mb if mb else None
+    row = {"docs": docs, "files": files, "stage": label, "seconds": secs, "docs_per_s": t["docs_in"] / secs, "mb_per_s": in_mb / secs,
+           "ratio": secs / copy_same if copy_same else None, "engine_seconds": eng,
+           "engine_ratio": eng / copy_same if copy_same else None, "peak_rss_mib": rss,
+           "docs_in": t["docs_in"], "docs_out": t["docs_out"], "removed": t["removed"]}
+    baseline = getattr(spec.get("module"), "baseline", None)
+    if baseline and baseline_src is not None:
+        row["baseline"] = baseline(baseline_src)
+    if spec.get("targets"):
+        row["targets"] = spec["targets"]
+    return row
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=200_000)
@@ -104,7 +132,7 @@ def main() -> int:
     ap.add_argument("--work", default=str(ROOT / "runs" / "bench"))
     ap.add_argument("--workers", type=int, default=1, help="workers per stage (1: per-core cost, comparable to the 1-process copy)")
     ap.add_argument("--only", default="", help="comma-separated stages, run in pipeline order, each on the previous one's output")
-    ap.add_argument("--memory-sizes", default="", help="also run the --only stages at these corpus sizes and compare peak RSS")
+    ap.add_argument("--memory-sizes", default="", help="also run the --only stages at these corpus sizes (docs or docs:files) and compare peak RSS")
     ap.add_argument("--json", default="", help="write the results here too")
     ap.add_argument("--peers", action="store_true",
                     help="compare with Data Prep Kit and datatrove on the peer corpus (benchmarks/peers/; installs them into .venv-peers/)")
@@ -119,22 +147,27 @@ def main() -> int:
     from prepline import registry
 
     specs = load_specs()
-    order = [n for n in DEFAULT_ORDER if n in registry.names()] + [n for n in registry.names() if n not in DEFAULT_ORDER]
+    pipeline_order = default_order()
+    order = [n for n in pipeline_order if n in registry.names()] + [n for n in registry.names() if n not in pipeline_order]
     wanted = [n for n in args.only.split(",") if n] or order
     rows = []
-    sizes = [args.docs] + [int(s) for s in args.memory_sizes.split(",") if s and int(s) != args.docs]
-    for docs in sizes:
-        work = Path(args.work) / f"docs{docs}"
+    sizes = [(args.docs, args.files)]
+    for item in filter(None, args.memory_sizes.split(",")):
+        docs, _, files = item.partition(":")
+        if (int(docs), int(files or args.files)) not in sizes:
+            sizes.append((int(docs), int(files or args.files)))
+    for docs, files in sizes:
+        work = Path(args.work) / (f"docs{docs}" if files == 16 else f"docs{docs}-files{files}")
         sample = work / "sample"
         if not (sample / "_truth" / "summary.json").exists():
             shutil.rmtree(sample, ignore_errors=True)
             t0 = time.perf_counter()
             subprocess.run([sys.executable, "-m", "prepline.cli", "sample", "--output", str(sample), "--docs", str(docs),
-                            "--files", str(args.files)], check=True)
+                            "--files", str(files)], check=True)
             print(f"[bench] sample of {docs:,} docs built in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
         copy_s = plain_copy(sample, work / "copy")
         mb = dir_bytes(sample) / 1e6
-        rows.append({"docs": docs, "stage": "parquet copy", "seconds": copy_s, "docs_per_s": docs / copy_s, "mb_per_s": mb / copy_s,
+        rows.append({"docs": docs, "files": files, "stage": "parquet copy", "seconds": copy_s, "docs_per_s": docs / copy_s, "mb_per_s": mb / copy_s,
                      "ratio": 1.0, "engine_seconds": copy_s, "engine_ratio": 1.0})
         prev = sample
         outputs = {"sample": sample}
@@ -148,32 +181,22 @@ def main() -> int:
                 src = work / want_in
             else:
                 raise SystemExit(f"{name} reads {want_in}'s output: add {want_in} to --only (or bench it once in this --work)")
-            dst = work / name
-            params = spec.get("params", {})
-            secs, rss, meta = run_stage(name, src, dst, params, args.workers)
-            outputs[name], prev = dst, dst
-            t = meta["totals"]
-            in_mb = t["bytes_in"] / 1e6
-            # the engine's own time (its phases), without the ~1 s of process start and imports that the
-            # in-process copy does not pay: what a long run converges to
-            eng = sum(p.get("seconds", 0.0) for p in meta.get("phases", {}).values())
-            copy_same = copy_s * in_mb / mb if mb else None
-            row = {"docs": docs, "stage": name, "seconds": secs, "docs_per_s": t["docs_in"] / secs, "mb_per_s": in_mb / secs,
-                   "ratio": secs / copy_same if copy_same else None, "engine_seconds": eng,
-                   "engine_ratio": eng / copy_same if copy_same else None, "peak_rss_mib": rss,
-                   "docs_in": t["docs_in"], "docs_out": t["docs_out"], "removed": t["removed"]}
-            baseline = getattr(spec.get("module"), "baseline", None)
-            if baseline:
-                row["baseline"] = baseline(src)
-            if spec.get("targets"):
-                row["targets"] = spec["targets"]
-            rows.append(row)
-            print(f"[bench] {docs:>9,} {name:<14} {secs:8.2f}s {row['docs_per_s']:>9,.0f} docs/s  peak RSS {rss:5.0f} MiB  "
-                  f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr)
-            if args.json:  # a long run leaves what it measured so far
-                Path(args.json).write_text(json.dumps(rows, indent=2, default=str))
+            runs = [(name, spec.get("params", {}))]
+            if (docs, files) == sizes[0]:  # variants at the first size only
+                runs += [(f"{name} [{label}]", {**spec.get("params", {}), **p}) for label, p in spec.get("variants", {}).items()]
+            for label, params in runs:
+                dst = work / label.replace(" [", "-").replace("]", "").replace(" ", "_")
+                secs, rss, meta = run_stage(name, src, dst, params, args.workers)
+                if label == name:
+                    outputs[name], prev = dst, dst
+                rows.append(_row(docs, files, label, secs, rss, meta, copy_s, mb, spec, src if label == name else None))
+                print(f"[bench] {docs:>9,} {label:<14} {secs:8.2f}s {rows[-1]['docs_per_s']:>9,.0f} docs/s  peak RSS {rss:5.0f} MiB  "
+                      f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr)
+                if args.json:  # a long run leaves what it measured so far
+                    Path(args.json).write_text(json.dumps(rows, indent=2, default=str))
     print("\n×copy: wall time of the stage's process / the copy's; engine: the stage's phases only (no process start)")
-    print(f"{'docs':>8}  {'stage':<14}{'seconds':>9}{'docs/s':>10}{'MB/s':>8}{'×copy':>7}{'engine s':>9}{'×copy':>7}{'RSS MiB':>9}  notes")
+    width = max(14, *(len(r["stage"]) + 1 for r in rows))
+    print(f"{'docs/files':>14}  {'stage':<{width}}{'seconds':>9}{'docs/s':>10}{'MB/s':>8}{'×copy':>7}{'engine s':>9}{'×copy':>7}{'RSS MiB':>9}  notes")
     for r in rows:
         notes = ""
         if "baseline" in r:
@@ -182,10 +205,10 @@ def main() -> int:
         if r.get("removed"):
             notes += ("; " if notes else "") + "removed " + ", ".join(f"{k} {v:,}" for k, v in r["removed"].items())
         rss = f"{r['peak_rss_mib']:9.0f}" if "peak_rss_mib" in r else " " * 9
-        print(f"{r['docs']:>8,}  {r['stage']:<14}{r['seconds']:>9.2f}{r['docs_per_s']:>10,.0f}{r['mb_per_s']:>8.1f}{r['ratio']:>7.2f}"
+        print(f"{r['docs']:>9,}/{r['files']:<4}  {r['stage']:<{width}}{r['seconds']:>9.2f}{r['docs_per_s']:>10,.0f}{r['mb_per_s']:>8.1f}{r['ratio']:>7.2f}"
               f"{r['engine_seconds']:>9.2f}{r['engine_ratio']:>7.2f}{rss}  {notes}")
     if len(sizes) > 1:
-        print_scale(rows, sizes)
+        print_scale([r for r in rows if "[" not in r["stage"]], [d for d, _ in sizes])
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2, default=str))
     return 0

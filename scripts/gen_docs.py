@@ -7,6 +7,11 @@ a page gets a short one to fill in).
 
     .venv/bin/python scripts/gen_docs.py          # rewrite the tables
     .venv/bin/python scripts/gen_docs.py --check  # exit 1 if any differs from the sources
+
+The repository's docs cover the built-in transforms only: installed plug-ins never reach them.
+A plug-in's tables go to another folder (docs/plugins.md)::
+
+    .venv/bin/python scripts/gen_docs.py --plugins --docs my_plugin/docs
 """
 
 import sys
@@ -18,13 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 HEADING = "## Parameters\n"
 
 
-def render() -> str:
-    from prepline import registry
+def render(names: list[str]) -> str:
     from prepline.cli import describe_markdown
 
     head = ("# Transform parameters\n\nGenerated from the config dataclasses by `scripts/gen_docs.py`; "
             "a test keeps it in sync. `prepline describe <transform>` prints the same table.\n\n")
-    return head + "\n".join(describe_markdown(n) for n in registry.names())
+    return head + "\n".join(describe_markdown(n) for n in names)
 
 
 def render_page(name: str, text: str | None) -> str:
@@ -50,19 +54,38 @@ def render_page(name: str, text: str | None) -> str:
     return f"{head}{HEADING}\n{table}" + (f"\n{rest}" if rest else "")
 
 
-def files() -> dict[str, str]:
-    from prepline import registry
-
-    out = {"parameters.md": render()}
-    for name in registry.names():
-        page = ROOT / "docs" / "transforms" / f"{name}.md"
+def files(names: list[str], docs: Path = ROOT / "docs") -> dict[str, str]:
+    out = {"parameters.md": render(names)}
+    for name in names:
+        page = docs / "transforms" / f"{name}.md"
         out[f"transforms/{name}.md"] = render_page(name, page.read_text() if page.is_file() else None)
     return out
 
 
+def render_tables(docs: Path, check: bool = False, plugins: bool = False) -> list[str]:
+    """Bring ``docs``'s parameters.md and transforms/<name>.md up to date: the built-in transforms'
+    tables, or with ``plugins`` the installed plug-ins' instead; returns the differences."""
+    from prepline import registry
+
+    builtins = registry.builtin_names()
+    names = sorted(set(registry.names()) - set(builtins)) if plugins else builtins
+    generated = files(names, docs)
+    return sync_tree(write_files(generated), docs, ["parameters.md", "transforms/*.md"], check=check)
+
+
 def sync(check: bool) -> list[str]:
-    return sync_tree(write_files(files()), ROOT / "docs", ["parameters.md", "transforms/*.md"], check=check)
+    return render_tables(ROOT / "docs", check=check)
 
 
 if __name__ == "__main__":
-    sys.exit(script_main(__doc__, "the parameter tables in docs/", "scripts/gen_docs.py", sync))
+    import argparse
+
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--docs", type=Path, default=None, help="write into this folder instead of the repository's docs/")
+    extra.add_argument("--plugins", action="store_true", help="the installed plug-in transforms' tables (never into docs/)")
+    opts, rest = extra.parse_known_args()
+    if opts.docs is None and opts.plugins:
+        sys.exit("error: --plugins needs --docs <folder>: the repository's docs/ cover the built-in transforms only")
+    target = opts.docs or ROOT / "docs"
+    sys.exit(script_main(__doc__, f"the parameter tables in {target}", "scripts/gen_docs.py",
+                         lambda check: render_tables(target, check=check, plugins=opts.plugins), rest))

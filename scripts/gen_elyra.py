@@ -8,7 +8,7 @@
 import sys
 from pathlib import Path
 
-from prepline.elyra import sync
+from prepline.elyra_pipeline import sync
 from prepline.gentree import script_main
 
 ROOT = Path(__file__).resolve().parents[1]

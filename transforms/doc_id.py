@@ -8,11 +8,13 @@ worker count or processing order.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from prepline import hashing
 from prepline.config import TransformConfig, param
 from prepline.registry import register
 from prepline.transform import Column, FileTask, Output, Phase, Plan, Transform
@@ -39,6 +41,7 @@ class DocId(Transform):
     name = "doc_id"
     Config = DocIdConfig
     summary = "add a content hash and a unique int64 id to every document"
+    headline = ("plan.first_id", "plan.last_id")
 
     def input_columns(self) -> list[Column]:
         return [Column(self.config.content_column, "string")] if self.config.hash_column else []
@@ -47,7 +50,7 @@ class DocId(Transform):
         return [c for c in (self.config.hash_column, self.config.id_column) if c]
 
     def phases(self) -> list[Phase]:
-        return [Phase("count", "files", "count_rows")] if self.config.id_column else []
+        return [Phase("count", "files", "count_rows", on_driver=True)] if self.config.id_column else []
 
     def count_rows(self, task: FileTask, ctx) -> dict:
         if task.size == 0:
@@ -74,14 +77,39 @@ class DocId(Transform):
         n = sum(r["rows"] for r in results.get("count", {}).values())
         return {"first_id": self.config.start_id, "last_id": self.config.start_id + n - 1}
 
-    def setup(self, ctx) -> None:
-        self._con = hashing.connect()
-
     def transform(self, table: pa.Table, task: FileTask) -> Output:
         c = self.config
         if c.hash_column:
-            table = table.append_column(c.hash_column, hashing.sha256_hex(self._con, table.column(c.content_column)))
+            table = table.append_column(c.hash_column, sha256_hex(table.column(c.content_column)))
         if c.id_column:
             start = task.extra["offset"] + task.first_row
             table = table.append_column(c.id_column, pa.array(range(start, start + table.num_rows), pa.int64()))
         return Output.of(table)
+
+
+#: byte i -> its two lowercase hex digits, as one little-endian uint16 (so the digits land in order)
+_HEX = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), np.uint16)
+
+
+def sha256_hex(text: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """SHA-256 of each string's UTF-8 bytes as 64 lowercase hex digits; nulls stay null.
+
+    OpenSSL's SHA-256 (``hashlib``, which uses the CPU's SHA instructions) over slices of the
+    Arrow data buffer, the digests into one buffer, hex digits by a numpy table look-up. It is one
+    C call per document and makes no Python string of the text: 3x faster than DuckDB's
+    ``sha256`` kernel, the fastest vectorised SHA-256 among the installed libraries (measured in
+    docs/performance.md).
+    """
+    arr = text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text
+    n = len(arr)
+    if n == 0:
+        return pa.array([], pa.string())
+    wide = pa.types.is_large_string(arr.type)
+    itype = np.int64 if wide else np.int32
+    offsets = np.frombuffer(arr.buffers()[1], itype, n + 1, arr.offset * np.dtype(itype).itemsize).tolist()
+    data = memoryview(arr.buffers()[2] or b"")
+    sha = hashlib.sha256
+    digests = np.frombuffer(b"".join([sha(data[a:b]).digest() for a, b in zip(offsets, offsets[1:])]), np.uint8)
+    hexed = _HEX[digests]
+    out = pa.StringArray.from_buffers(n, pa.py_buffer(np.arange(0, 64 * n + 1, 64, dtype=np.int32)), pa.py_buffer(hexed))
+    return pc.if_else(pc.is_valid(arr), out, pa.scalar(None, pa.string())) if arr.null_count else out

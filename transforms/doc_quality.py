@@ -322,6 +322,12 @@ class DocQuality(Transform):
     name = "doc_quality"
     Config = DocQualityConfig
     summary = "annotate Gopher/C4-style quality measures (language-aware: word rules, ja/zh character rules) and a pass flag"
+    headline = ("dq_pass", "dq_fail", "dq_fail_*")
+
+    @classmethod
+    def branch_params(cls, branch: str) -> dict:
+        """In a language's branch, documents without a usable lang value are judged by that language's rules."""
+        return {} if branch in ("other", "und") else {"default_lang": branch}
 
     def input_columns(self) -> list[Column]:
         return [Column(self.config.content_column, "string")]

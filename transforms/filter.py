@@ -4,7 +4,9 @@ Criteria are DuckDB SQL boolean expressions over the table's columns, e.g.
 ``"doc_length > 100"`` or ``"lang = 'en' AND quality_score >= 0.5"``, combined with AND (keep
 rows meeting all) or OR (keep rows meeting any). NULL counts as not met. With AND, a removed
 row is counted once, under the first criterion it fails (``removed.criterion_<i>``), so the
-counts add up; how many rows failed each criterion is in the counters.
+counts add up; how many rows failed each criterion is in the counters. Where people read them
+(the KFP UI, the run report, the command line) the reasons are the criteria's SQL, or the names
+given in ``criteria_labels``; ``removed_sample`` keeps some removed rows per criterion to look at.
 
 The SQL runs in a locked-down DuckDB: no file, network or extension access, configuration
 locked, one statement, so a criterion cannot read ``/etc/passwd`` or a bucket. Before that, each
@@ -25,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from prepline import hashing
-from prepline.config import TransformConfig, param
+from prepline.config import TransformConfig, param, removed_sample_param
 from prepline.errors import ConfigError, InputError
 from prepline.registry import register
 from prepline.transform import FileTask, Output, Transform
@@ -96,8 +98,15 @@ class FilterConfig(TransformConfig):
     criteria: list[str] = param([], "SQL boolean expressions over the columns (DuckDB dialect); repeat the option for several")
     logical_operator: str = param("AND", "keep rows meeting all (AND) or any (OR) of the criteria", choices=("AND", "OR"))
     columns_to_drop: list[str] = param([], "columns to remove from the output")
+    criteria_labels: list[str] = param([], "names of the criteria in counts and reports, one per criterion (default: their SQL)")
+    removed_sample: int = removed_sample_param()
 
     def validate(self) -> None:
+        if self.criteria_labels and len(self.criteria_labels) != len(self.criteria):
+            raise ConfigError(f"criteria_labels has {len(self.criteria_labels)} name(s) for {len(self.criteria)} criteria",
+                              "give one name per criterion, in the same order (or none)")
+        if any(not x.strip() for x in self.criteria_labels):
+            raise ConfigError("criteria_labels has an empty name", "give every criterion a name, or pass no criteria_labels")
         for i, c in enumerate(self.criteria, 1):
             if not c.strip():
                 raise ConfigError(f"filter criterion {i} is empty", "remove it or write an SQL expression")
@@ -111,6 +120,16 @@ class Filter(Transform):
     name = "filter"
     Config = FilterConfig
     summary = "keep rows meeting SQL criteria (AND/OR), drop columns; removals counted per criterion"
+    headline = ("removed.*", "failed_criterion_*")
+
+    def label(self, key: str) -> str:
+        """``criterion_<i>`` and ``failed_criterion_<i>``: the criterion's name (its SQL, or its label)."""
+        for prefix, word in (("criterion_", ""), ("failed_criterion_", "failed: ")):
+            n = key.removeprefix(prefix)
+            if key.startswith(prefix) and n.isdigit() and 0 < int(n) <= len(self.config.criteria):
+                names = self.config.criteria_labels or self.config.criteria
+                return word + names[int(n) - 1]
+        return key
 
     def _sql(self) -> str:
         cols = ", ".join(f"coalesce(CAST(({c}) AS BOOLEAN), false) AS c{i}" for i, c in enumerate(self.config.criteria))
@@ -153,6 +172,7 @@ class Filter(Transform):
     def transform(self, table: pa.Table, task: FileTask) -> Output:
         removed: dict[str, int] = {}
         counters: dict[str, int] = {}
+        masks: dict[str, np.ndarray] = {}
         if self.config.criteria and table.num_rows:
             self._con.register(TABLE, table)
             try:
@@ -168,11 +188,12 @@ class Filter(Transform):
                 keep = met.all(axis=1)
                 first_fail = np.argmin(met, axis=1)
                 for i in range(met.shape[1]):
-                    removed[f"criterion_{i + 1}"] = int(((~keep) & (first_fail == i)).sum())
+                    masks[f"criterion_{i + 1}"] = (~keep) & (first_fail == i)
             else:
                 keep = met.any(axis=1)
-                removed["no_criterion_met"] = int((~keep).sum())
+                masks["no_criterion_met"] = ~keep
+            removed = {k: int(m.sum()) for k, m in masks.items()}
             table = table.filter(pa.array(keep))
         if self.config.columns_to_drop:
             table = table.drop_columns(list(self.config.columns_to_drop))
-        return Output(parts={"": table}, removed=removed, counters=counters)
+        return Output(parts={"": table}, removed=removed, counters=counters, removed_rows=masks)

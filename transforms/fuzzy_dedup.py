@@ -33,25 +33,29 @@ anything (exact_dedup handles them) and are counted as ``counters.empty_docs``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prepline import minhash
 from prepline.config import TransformConfig, param
 from prepline.errors import ConfigError, InputError
 from prepline.graph import connected_components
 from prepline.registry import register
 from prepline.sharded import parquet_files, read_all, read_partition, read_range, shard_of_ids, shard_of_keys, write_partitioned
-from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform
+from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform, require_unique_ids
 
 REASON = "near_duplicate"
 REASON_UNIQUE = "not_near_duplicate"
 ALL_PAIRS_MAX = 16  # buckets up to this size give all their pairs for verification
 # text per shingling batch (a longer document is a batch of its own): about 20 bytes of
-# temporaries per byte of text for words, more for characters (one unit per character)
-BATCH_BYTES = {"word": 2 << 20, "char": 512 << 10}
+# temporaries per byte of text for words, more for characters (one unit per character; auto
+# shingles by characters only text in scripts of 3-byte characters, about 13 bytes per byte)
+BATCH_BYTES = {"word": 2 << 20, "auto": 2 << 20, "char": 512 << 10}
 PAIR_BATCH = 4 << 20  # shingle values per batch of the vectorised Jaccard
 CLUSTERS = "clusters.parquet"
 
@@ -61,10 +65,12 @@ def lsh_threshold(bands: int, rows: int) -> float:
     return (1.0 / bands) ** (1.0 / rows)
 
 
-def _factorisations(perms: int, threshold: float) -> str:
-    pairs = [(b, perms // b) for b in range(1, perms + 1) if perms % b == 0]
-    pairs.sort(key=lambda br: abs(lsh_threshold(*br) - threshold * 0.95))
-    return ", ".join(f"{b} × {r}" for b, r in pairs[:3])
+def _shape_text(c: "FuzzyDedupConfig") -> str:
+    try:
+        b, r = minhash.lsh_shape(c.threshold, c.target_recall, c.num_permutations)
+    except ValueError as e:
+        return str(e)
+    return f"with num_permutations {c.num_permutations}: {b} × {r}"
 
 
 @dataclass(frozen=True)
@@ -78,11 +84,23 @@ class FuzzyDedupConfig(TransformConfig):
         choices=("remove", "keep_duplicates", "annotate"),
     )
     threshold: float = param(0.75, "Jaccard similarity of the shingle sets at or above which two documents are near duplicates", min=0.0, min_exclusive=True, max=1.0)
-    shingle_type: str = param("word", "shingle units: word (lower-cased, split on white space) or char (lower-cased, white space collapsed)", choices=("word", "char"))
+    shingle_type: str = param(
+        "auto",
+        "shingle units: auto (per document: char for text mostly in a script written without spaces, "
+        "Chinese, Japanese, Thai, Lao, Khmer, Myanmar, Tibetan; word otherwise), word (lower-cased, split on "
+        "white space) or char (lower-cased, white space collapsed)",
+        choices=("auto", "word", "char"),
+    )
     shingle_size: int = param(5, "units per shingle; a shorter document is one shingle", min=1, max=64)
-    num_permutations: int = param(112, "MinHash permutations (signature length); must equal num_bands × rows_per_band", min=1, max=1024)
-    num_bands: int = param(14, "LSH bands: documents sharing all rows of any band are candidate pairs", min=1, max=1024)
-    rows_per_band: int = param(8, "signature values per band (more rows: fewer, more similar candidates)", min=1, max=1024)
+    target_recall: float = param(
+        0.98,
+        "probability that a pair with Jaccard exactly threshold (so any pair above it) becomes a candidate; "
+        "sets the LSH shape (num_bands × rows_per_band) when those are 0",
+        min=0.0, min_exclusive=True, max=1.0,
+    )
+    num_permutations: int = param(112, "most MinHash permutations the LSH shape may use (signatures have num_bands × rows_per_band values)", min=1, max=1024)
+    num_bands: int = param(0, "LSH bands (0: derived from threshold, target_recall and num_permutations); documents sharing all rows of any band are candidate pairs", min=0, max=1024)
+    rows_per_band: int = param(0, "signature values per band (0: derived, with num_bands); more rows: fewer, more similar candidates", min=0, max=1024)
     verify: str = param(
         "jaccard",
         "check candidate pairs against threshold: jaccard (true Jaccard of the shingle sets), estimate "
@@ -93,17 +111,41 @@ class FuzzyDedupConfig(TransformConfig):
     cluster_column: str = param("fuzzy_cluster", "column added by annotate and keep_duplicates: the smallest id of the document's cluster (null: no near duplicate)")
 
     def validate(self) -> None:
-        if self.num_bands * self.rows_per_band != self.num_permutations:
-            raise ConfigError(
-                f"num_bands × rows_per_band = {self.num_bands} × {self.rows_per_band} = "
-                f"{self.num_bands * self.rows_per_band} differs from num_permutations = {self.num_permutations}",
-                f"choose num_bands and rows_per_band whose product is num_permutations "
-                f"(for {self.num_permutations} and threshold {self.threshold}: {_factorisations(self.num_permutations, self.threshold)})",
-            )
+        self.lsh()
         if self.mode != "remove" and not self.cluster_column:
             raise ConfigError(f"mode {self.mode} adds cluster_column, which is empty", "set cluster_column to a column name")
         if self.cluster_column and self.cluster_column in (self.content_column, self.id_column):
             raise ConfigError(f"cluster_column '{self.cluster_column}' is also an input column", "choose another cluster_column name")
+
+    def lsh(self) -> tuple[int, int]:
+        """The LSH shape ``(bands, rows)``: the one given, or the steepest that meets target_recall."""
+        b, r = self.num_bands, self.rows_per_band
+        if (b == 0) != (r == 0):
+            raise ConfigError(
+                f"num_bands = {b} and rows_per_band = {r}: give both or neither",
+                "set both to 0 to derive the shape from threshold and target_recall, or set both",
+            )
+        if b == 0:
+            try:
+                return minhash.lsh_shape(self.threshold, self.target_recall, self.num_permutations)
+            except ValueError as e:
+                raise ConfigError(f"threshold {self.threshold}, target_recall {self.target_recall}, num_permutations "
+                                  f"{self.num_permutations}: {e}",
+                                  "raise num_permutations, or lower target_recall") from None
+        if b * r > self.num_permutations:
+            raise ConfigError(
+                f"num_bands × rows_per_band = {b} × {r} = {b * r} is more than num_permutations = {self.num_permutations}",
+                f"raise num_permutations to {b * r}, or set num_bands and rows_per_band to 0 to derive them",
+            )
+        recall = float(minhash.lsh_probability(self.threshold, b, r))
+        if recall < self.target_recall:
+            raise ConfigError(
+                f"num_bands × rows_per_band = {b} × {r} makes a pair at threshold {self.threshold} a candidate with "
+                f"probability {recall:.3f}, below target_recall = {self.target_recall}",
+                f"lower target_recall to {math.floor(recall * 1000) / 1000} or less, or set num_bands and "
+                f"rows_per_band to 0 to derive a shape that reaches it ({_shape_text(self)})",
+            )
+        return b, r
 
 
 def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -186,8 +228,14 @@ class FuzzyDedup(Transform):
     name = "fuzzy_dedup"
     Config = FuzzyDedupConfig
     summary = "near duplicates by MinHash-LSH (+ Jaccard check) and connected components: remove, keep or annotate"
+    headline = ("removed.*", "plan.clusters", "plan.docs_in_clusters", "plan.largest_cluster", "plan.candidate_pairs", "empty_docs")
 
     # -- contract --------------------------------------------------------------------------
+    def __init__(self, config: FuzzyDedupConfig):
+        super().__init__(config)
+        self.bands, self.rows = config.lsh()
+        self.perms = self.bands * self.rows  # signature length: the permutations the shape uses
+
     def input_columns(self) -> list[Column]:
         return [
             Column(self.config.content_column, "string"),
@@ -228,42 +276,35 @@ class FuzzyDedup(Transform):
         return out
 
     def _shingles(self, text: pa.Array):
-        from prepline import minhash
-
         return minhash.shingle(text, self.config.shingle_size, self.config.shingle_type)
 
-    def _read(self, task: FileTask, ctx) -> tuple[pa.ChunkedArray, np.ndarray]:
+    def _stream(self, task: FileTask, ctx) -> Iterator[tuple[pa.ChunkedArray, np.ndarray]]:
+        """The file's (text, ids), one bounded batch at a time (memory does not follow the file
+        size); the ids are checked unique over the whole file once it has been read."""
         c = self.config
-        table = ctx.read_input(task, self, [c.content_column, c.id_column])
-        ids = table.column(c.id_column).to_numpy()
-        if len(ids) > 1:
-            s = np.sort(ids)
-            dup = s[1:][s[1:] == s[:-1]]
-            if len(dup):
-                raise InputError(
-                    f"{task.path}: id column '{c.id_column}' is not unique (e.g. id {int(dup[0])} appears more than once)",
-                    "run doc_id first (it numbers every document), or set id_column to a unique int64 column",
-                )
-        return table.column(c.content_column), ids
+        seen = []
+        for table in ctx.iter_input(task, self, [c.content_column, c.id_column]):
+            seen.append(table.column(c.id_column).to_numpy())
+            yield table.column(c.content_column), seen[-1]
+        require_unique_ids(np.concatenate(seen), task.path, c.id_column)
 
     # -- phase 1: signatures ---------------------------------------------------------------
     def signature_file(self, task: FileTask, ctx) -> dict:
-        from prepline import minhash
-
         c = self.config
-        text, ids = self._read(task, ctx)
-        keys, kid = [], []
-        for lo, hi in self._batches(text):
-            sh = self._shingles(text.slice(lo, hi - lo))
-            sig, docs = minhash.signatures(sh, c.num_permutations)
-            keys.append(minhash.band_keys(sig, c.num_bands, c.rows_per_band).ravel())
-            kid.append(np.repeat(ids[lo:hi][docs], c.num_bands))
+        keys, kid, docs_in = [], [], 0
+        for text, ids in self._stream(task, ctx):
+            docs_in += len(ids)
+            for lo, hi in self._batches(text):
+                sh = self._shingles(text.slice(lo, hi - lo))
+                sig, docs = minhash.signatures(sh, self.perms)
+                keys.append(minhash.band_keys(sig, self.bands, self.rows).ravel())
+                kid.append(np.repeat(ids[lo:hi][docs], self.bands))
         key = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
         kid = np.concatenate(kid) if kid else np.zeros(0, np.int64)
+        del keys
         t = pa.table({"key": pa.array(key, pa.uint64()), "id": pa.array(kid, pa.int64())})
         write_partitioned(ctx.work, f"bands/{task.rel}.arrow", t, shard_of_keys(key, c.num_shards))
-        with_sig = len(key) // c.num_bands
-        return {"docs": len(ids), "empty": len(ids) - with_sig}
+        return {"docs": docs_in, "empty": docs_in - len(key) // self.bands}
 
     # -- phase 2: buckets ------------------------------------------------------------------
     def bucket_shard(self, shard: int, ctx) -> dict:
@@ -271,9 +312,20 @@ class FuzzyDedup(Transform):
         t = read_partition(ctx.work, "bands", shard)
         if t is None:
             return {"rows": 0, "buckets": 0, "pairs": 0}
+        rows = t.num_rows
         key, ids = t.column("key").to_numpy(), t.column("id").to_numpy()
+        del t  # the shard's rows are the largest state of the stage (16 bytes per document and band / num_shards)
         order = np.lexsort((ids, key))
-        key, ids = key[order], ids[order]
+        key = key[order]
+        ids = ids[order]
+        del order
+        # only the rows of keys held by two or more documents matter from here (few)
+        same = key[1:] == key[:-1]
+        shared = np.zeros(len(key), dtype=bool)
+        shared[1:] = same
+        shared[:-1] |= same
+        del same
+        key, ids = key[shared], ids[shared]
         same = (key[1:] == key[:-1]) & (ids[1:] == ids[:-1])
         if same.any():
             raise InputError(
@@ -291,12 +343,10 @@ class FuzzyDedup(Transform):
             need = np.unique(np.concatenate([a, b]))
             if len(need):
                 ctx.work.write_parquet(f"need/{shard:05d}.parquet", pa.table({"id": pa.array(need, pa.int64())}))
-        return {"rows": len(key), "buckets": buckets, "pairs": len(a)}
+        return {"rows": rows, "buckets": buckets, "pairs": len(a)}
 
     # -- phase 3: extract (verification only) ----------------------------------------------
     def extract_file(self, task: FileTask, ctx) -> dict:
-        from prepline import minhash
-
         c = self.config
         ids = ctx.read_input(task, self, [c.id_column]).column(c.id_column).to_numpy()
         if len(ids) == 0:
@@ -309,34 +359,39 @@ class FuzzyDedup(Transform):
                 parts.append(t.column("id").to_numpy())
         if not parts:
             return {"docs": 0}
-        rows = np.flatnonzero(np.isin(ids, np.unique(np.concatenate(parts))))
-        if len(rows) == 0:
+        need = np.unique(np.concatenate(parts))
+        kept, counts, values = [], [], []
+        for text, ids in self._stream(task, ctx):  # only the candidates' text is kept, as shingle sets
+            rows = np.flatnonzero(np.isin(ids, need))
+            if len(rows) == 0:
+                continue
+            kept.append(ids[rows])
+            text = text.take(pa.array(rows))
+            for blo, bhi in self._batches(text):  # bounded temporaries, as in signatures
+                n_batch = bhi - blo
+                sh = self._shingles(text.slice(blo, n_batch))
+                if c.verify == "jaccard":  # the sorted, distinct shingle hashes of each document
+                    doc = np.repeat(np.arange(n_batch, dtype=np.uint64), sh.counts)
+                    u = (doc << np.uint64(32)) | sh.hashes
+                    u.sort()
+                    u = u[np.r_[True, u[1:] != u[:-1]]]
+                    counts.append(np.bincount((u >> np.uint64(32)).astype(np.int64), minlength=n_batch))
+                    values.append((u & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+                else:  # the signature (all maximum values for a document without shingles)
+                    sig, docs = minhash.signatures(sh, self.perms)
+                    full = np.full((n_batch, self.perms), np.iinfo(np.uint32).max, dtype=np.uint32)
+                    full[docs] = sig
+                    counts.append(np.full(n_batch, self.perms, dtype=np.int64))
+                    values.append(full.ravel())
+        if not kept:
             return {"docs": 0}
-        text, ids = self._read(task, ctx)
-        text = text.take(pa.array(rows))
-        ids = ids[rows]
-        counts, values = [], []
-        for blo, bhi in self._batches(text):  # bounded temporaries, as in signatures
-            sh = self._shingles(text.slice(blo, bhi - blo))
-            if c.verify == "jaccard":  # the sorted, distinct shingle hashes of each document
-                doc = np.repeat(np.arange(bhi - blo, dtype=np.uint64), sh.counts)
-                u = (doc << np.uint64(32)) | sh.hashes
-                u.sort()
-                u = u[np.r_[True, u[1:] != u[:-1]]]
-                counts.append(np.bincount((u >> np.uint64(32)).astype(np.int64), minlength=bhi - blo))
-                values.append((u & np.uint64(0xFFFFFFFF)).astype(np.uint32))
-            else:  # the signature (all maximum values for a document without shingles)
-                sig, docs = minhash.signatures(sh, c.num_permutations)
-                full = np.full((bhi - blo, c.num_permutations), np.iinfo(np.uint32).max, dtype=np.uint32)
-                full[docs] = sig
-                counts.append(np.full(bhi - blo, c.num_permutations, dtype=np.int64))
-                values.append(full.ravel())
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        ids = np.concatenate(kept)
+        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(np.concatenate(counts), out=offsets[1:])
         v = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(values), pa.uint32()))
         t = pa.table({"id": pa.array(ids, pa.int64()), "v": v})
         write_partitioned(ctx.work, f"docs/{task.rel}.arrow", t, shard_of_ids(ids, c.num_shards))
-        return {"docs": len(rows)}
+        return {"docs": len(ids)}
 
     # -- phase 4: verification, a two-step join ----------------------------------------------
     @staticmethod
@@ -378,7 +433,7 @@ class FuzzyDedup(Transform):
         if c.verify == "jaccard":
             sim = _jaccard_pairs(va, vb)
         else:
-            p = c.num_permutations
+            p = self.perms
             sa = va.flatten().to_numpy().reshape(-1, p)
             sb = vb.flatten().to_numpy().reshape(-1, p)
             sim = (sa == sb).mean(axis=1)
@@ -413,7 +468,10 @@ class FuzzyDedup(Transform):
         out = {
             "docs": sum(r["docs"] for r in sig),
             "empty_docs": sum(r["empty"] for r in sig),
-            "lsh_threshold": round(lsh_threshold(self.config.num_bands, self.config.rows_per_band), 4),
+            "lsh_bands": self.bands,
+            "lsh_rows": self.rows,
+            "lsh_threshold": round(lsh_threshold(self.bands, self.rows), 4),
+            "lsh_recall_at_threshold": round(float(minhash.lsh_probability(self.config.threshold, self.bands, self.rows)), 4),
             "candidate_buckets": sum(r["buckets"] for r in buckets),
             "candidate_pairs": sum(r["pairs"] for r in buckets),
         }

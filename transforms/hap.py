@@ -213,6 +213,7 @@ class Hap(Transform):
     name = "hap"
     Config = HapConfig
     summary = "score hate/abuse/profanity per document (max over sentences, offline sklearn model); optional flag column"
+    headline = ("hap_flagged", "hap_windows")
     extra = "hap"
 
     def input_columns(self) -> list[Column]:

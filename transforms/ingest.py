@@ -56,6 +56,10 @@ class IngestConfig(TransformConfig):
             raise ConfigError("text_column and text_field must not be empty", "name the columns, e.g. --text-column contents")
 
 
+#: one encoder for every record (json.dumps with options builds a new one per call)
+_JSON = json.JSONEncoder(ensure_ascii=False, default=str, sort_keys=True)
+
+
 class _Batch:
     """Rows of one batch, column by column."""
 
@@ -68,7 +72,7 @@ class _Batch:
         c["source_id"].append(source_id)
         c["url"].append(None if url is None else str(url))
         c["date"].append(None if date is None else str(date))
-        c["metadata"].append(json.dumps(meta, ensure_ascii=False, default=str, sort_keys=True) if meta else None)
+        c["metadata"].append(_JSON.encode(meta) if meta else None)
         c[ERROR].append(error)
 
     def __len__(self) -> int:
@@ -88,6 +92,7 @@ class Ingest(Transform):
     name = "ingest"
     Config = IngestConfig
     summary = "JSONL(.gz/.zst), CSV/TSV, WARC/WET (HTML to text) and HF dataset shards to Parquet"
+    headline = ("removed.*",)
     input_suffixes = JSONL + CSV + WARC + SHARDS
 
     def output_rel(self, rel: str) -> str:
@@ -201,9 +206,7 @@ def _decompressed(rel: str, f: IO[bytes]) -> IO[bytes]:
         import zstandard
 
         return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True))  # type: ignore[arg-type]
-    if isinstance(f, pa.NativeFile):  # a local file (memory-mapped): it reads, but does not iterate lines
-        return io.BufferedReader(f, 1 << 20)  # type: ignore[arg-type]
-    return f
+    return io.BufferedReader(f, 1 << 20)  # type: ignore[arg-type] # lines of a plain file (an Arrow file cannot be iterated by line)
 
 
 def _file_errors(task: FileTask, records: Iterator) -> Iterator:

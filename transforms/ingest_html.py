@@ -53,18 +53,19 @@ class Record:
 
 def _decode(body: bytes, content_type: str) -> tuple[str | None, str]:
     """HTML bytes to str: the declared charset if it decodes, else Resiliparse's detection."""
-    from resiliparse.parse.encoding import bytes_to_str, detect_encoding
-
     declared = ""
-    for part in content_type.split(";"):
-        k, _, v = part.strip().partition("=")
-        if k.lower() == "charset":
-            declared = v.strip().strip('"').lower()
+    if "charset" in content_type.lower():
+        for part in content_type.split(";"):
+            k, _, v = part.strip().partition("=")
+            if k.lower() == "charset":
+                declared = v.strip().strip('"').lower()
     if declared:
         try:
             return body.decode(declared), declared
         except (LookupError, UnicodeDecodeError):
             pass
+    from resiliparse.parse.encoding import bytes_to_str, detect_encoding
+
     enc = detect_encoding(body)
     try:
         return bytes_to_str(body, enc), enc
@@ -86,8 +87,9 @@ def warc_records(f: IO[bytes], extract: Extractor) -> Iterator[Record]:
             r.text = body.decode("utf-8", errors="replace")
             r.meta = {"warc_type": "conversion"}
         else:
-            ctype = (rec.http_headers.get("Content-Type", "") if rec.http_headers else h.get("Content-Type", "")) or ""
-            if rec.http_headers is not None and rec.http_headers.status_code and rec.http_headers.status_code >= 300:
+            http = rec.http_headers
+            ctype = (http.get("Content-Type", "") if http else h.get("Content-Type", "")) or ""
+            if http is not None and http.status_code and http.status_code >= 300:
                 r.error = "http_status"
             elif "html" not in ctype.lower():
                 r.error = "not_html"

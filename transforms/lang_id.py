@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prepline import textstats as ts
-from prepline.config import TransformConfig, param
+from prepline.config import TransformConfig, param, removed_sample_param
 from prepline.data_access import open_location, scheme_of
 from prepline.errors import ConfigError, InputError, PreplineError
 from prepline.registry import register
@@ -67,6 +67,7 @@ class LangIdConfig(TransformConfig):
     split: bool = param(False, "write each language under a lang=<code>/ sub-folder of the output")
     languages: list[str] = param([], "languages to keep apart; other languages go to lang=other/ (split) or are removed (drop_other)")
     drop_other: bool = param(False, "remove documents whose language is not in languages (counted as other_language)")
+    removed_sample: int = removed_sample_param()
 
     def validate(self) -> None:
         if not self.lang_column or not self.score_column or self.lang_column == self.score_column:
@@ -166,6 +167,7 @@ class LangId(Transform):
     Config = LangIdConfig
     summary = "detect the language with fastText lid.176 (lang, lang_score); optionally split the output into lang=<code>/ folders"
     extra = "langid"
+    headline = ("lang_*",)
 
     def input_columns(self) -> list[Column]:
         return [Column(self.config.content_column, "string")]
@@ -221,17 +223,19 @@ class LangId(Transform):
         table = table.append_column(c.lang_column, codes).append_column(c.score_column, pa.array(scores, pa.float64()))
         counters = {f"lang_{k['values']}": int(k["counts"]) for k in pc.value_counts(codes).to_pylist()}
         removed: dict[str, int] = {}
+        dropped: tuple[dict, pa.Table | None] = ({}, None)  # removed rows (with their language) for removed_sample
         if c.languages:
             keep = np.asarray(pc.is_in(codes, value_set=pa.array(list(c.languages), pa.string())).to_numpy(zero_copy_only=False), dtype=bool)
             if c.drop_other:
                 removed[REASON_OTHER] = int((~keep).sum())
+                dropped = {REASON_OTHER: ~keep}, table
                 table = table.filter(pa.array(keep))
                 codes = codes.filter(pa.array(keep))
             else:
                 codes = pc.if_else(pa.array(keep), codes, OTHER)
         if not c.split:
-            return Output.of(table, removed=removed, counters=counters)
-        return Output(self._split(table, codes), removed=removed, counters=counters)
+            return Output.of(table, removed, counters, *dropped)
+        return Output(self._split(table, codes), removed, counters, *dropped)
 
     @staticmethod
     def _split(table: pa.Table, codes: pa.Array) -> dict[str, pa.Table]:

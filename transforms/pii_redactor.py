@@ -61,6 +61,11 @@ from prepline.registry import register
 from prepline.transform import Column, FileTask, Output, Transform
 
 DEFAULT_ENTITIES = ["EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS", "US_SSN"]
+#: default entities Presidio 2.2.366 recognises for English only (the others have a recognizer for any
+#: language; tests/transforms/test_pii_redactor.py checks this against Presidio)
+ENGLISH_ONLY = ("US_SSN",)
+#: the language of a pipeline branch over many languages (spaCy's multi-language tokenizer)
+MULTI = "xx"
 # Presidio's own default regions for PhoneRecognizer.
 DEFAULT_PHONE_REGIONS = ["US", "GB", "DE", "FR", "IL", "IN", "CA", "BR"]
 INSTALL_FIX = "install the pii extra: pip install 'prepline[pii]'"
@@ -326,7 +331,20 @@ class PiiRedactor(Transform):
     name = "pii_redactor"
     Config = PiiRedactorConfig
     summary = "find PII with Presidio's recognizers (offline) and replace, mask or remove it; adds detected_pii"
+    headline = ("pii_docs", "pii_*")
     extra = "pii"
+
+    @classmethod
+    def branch_params(cls, branch: str) -> dict:
+        """Presidio's recognizers for the branch's language (its spaCy tokenizer, its context words),
+        with the default entities it has recognizers for; a branch over many languages (other) uses
+        the multi-language tokenizer. English keeps the defaults."""
+        if branch == "en":
+            return {}
+        lang = MULTI if branch == "other" else branch
+        if not (lang.isalpha() and lang.islower() and len(lang) <= 3):
+            return {}
+        return {"language": lang, "entities": [e for e in DEFAULT_ENTITIES if e not in ENGLISH_ONLY]}
 
     def input_columns(self) -> list[Column]:
         return [Column(self.config.content_column, "string")]

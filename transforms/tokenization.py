@@ -219,6 +219,7 @@ class Tokenization(Transform):
     name = "tokenization"
     Config = TokenizationConfig
     summary = "token ids per document (num_tokens, optional tokens) and a Megatron .bin/.idx dataset for training"
+    headline = ("tokens", "empty_docs", "chunked_docs", "finish.vocab_size")
     extra = "tokenize"
 
     def input_columns(self) -> list[Column]:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from typing import Any
 
-from prepline import __version__, registry
+from prepline import __version__, logs, registry
 from prepline.config import ParamInfo
 from prepline.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, PreplineError, RunFailed, Terminated, exit_code, user_message
 
@@ -55,7 +54,9 @@ def _run_parser(transform: str | None) -> argparse.ArgumentParser:
                    help="times a task runs again when its worker process or Ray actor dies (default 2)")
     p.add_argument("--overwrite", action="store_true", help="delete what is in --output first (default: resume or refuse)")
     p.add_argument("--params", default=None, help="transform parameters as a JSON object (flags win)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+    p.add_argument("--progress-interval", type=float, default=None, metavar="SECONDS",
+                   help="seconds between progress lines when stderr is not a terminal (default: PREPLINE_PROGRESS_INTERVAL or 10)")
     if transform:
         _add_param_options(p, registry.get(transform).Config.params())
     return p
@@ -114,84 +115,15 @@ def cmd_run(argv: list[str]) -> int:
         overwrite=args.overwrite,
         progress=not args.no_progress,
     )
-    with _Progress(enabled=opts.progress) as prog:
-        result = run_transform(name, params, opts, progress=prog.phase if opts.progress else None)
+    from prepline.progress import Progress
+    from prepline.tables import print_summary
+
+    with Progress(args.progress_interval) as prog:
+        result = run_transform(name, params, opts, progress=prog if opts.progress else None)
     if result.resumed:
         _console().print(f"[bold]{name}[/]: {result.output} is already complete for this input and these parameters; nothing ran")
     print_summary(result.metadata)
     return 0
-
-
-class _Progress:
-    """A rich progress bar per phase on a terminal; periodic log lines elsewhere (CI, KFP logs)."""
-
-    def __init__(self, enabled: bool = True):
-        self.enabled = enabled
-        self._p = None
-
-    def __enter__(self):
-        if self.enabled and sys.stderr.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-            self._p = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                console=_console(stderr=True), transient=False,
-            )
-            self._p.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self._p:
-            self._p.__exit__(*exc)
-
-    def phase(self, name: str, total: int):
-        return _Bar(self._p, name, total)
-
-
-class _Bar:
-    def __init__(self, progress, name: str, total: int):
-        self.p, self.name, self.total, self.n, self._last = progress, name, total, 0, -1
-        self.task = progress.add_task(f"{name:>8}", total=total) if progress else None
-
-    def advance(self, k: int) -> None:
-        self.n += k
-        if self.p:
-            self.p.advance(self.task, k)
-        else:
-            pct = int(100 * self.n / self.total) if self.total else 100
-            if pct // 10 != self._last // 10 or self.n == self.total:
-                self._last = pct
-                print(f"[prepline] {self.name}: {self.n}/{self.total} tasks ({pct}%)", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        pass
-
-
-def print_summary(meta: dict) -> None:
-    from rich.table import Table
-
-    t = meta["totals"]
-    table = Table(title=f"{meta['transform']}: {meta['status']}", show_header=True, header_style="bold")
-    table.add_column("measure")
-    table.add_column("value", justify="right")
-    secs = t.get("seconds") or 0
-    rows = [
-        ("files", f"{t['files']}" + (f" (+{t['files_failed']} failed)" if t.get("files_failed") else "")),
-        ("docs in", f"{t['docs_in']:,}"),
-        ("docs out", f"{t['docs_out']:,}"),
-    ]
-    for reason, n in t["removed"].items():
-        rows.append((f"removed: {reason}", f"{n:,}"))
-    for part, n in (t.get("parts") or {}).items():
-        rows.append((f"out: {part}", f"{n:,}"))
-    rows += [
-        ("MB in / out", f"{t['bytes_in'] / 1e6:,.1f} / {t['bytes_out'] / 1e6:,.1f}"),
-        ("seconds", f"{secs:,.1f}"),
-        ("docs/s", f"{t['docs_in'] / secs:,.0f}" if secs else "-"),
-    ]
-    for k, v in rows:
-        table.add_row(k, v)
-    _console().print(table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -271,15 +203,20 @@ def cmd_compile(argv: list[str]) -> int:
     ap.add_argument("--registry", default=images.REGISTRY, help=f"image registry/prefix of the runtime images (default {images.REGISTRY})")
     ap.add_argument("--tag", default=images.VERSION, help=f"image tag (default {images.VERSION})")
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 when a generated file is stale")
+    ap.add_argument("--builtins-only", action="store_true",
+                    help="leave installed plug-in transforms out (what the repository's compiled/ and elyra_templates/ hold)")
     a = ap.parse_args(argv)
     from pathlib import Path
 
-    from prepline.elyra import sync as sync_elyra
+    from prepline.elyra_pipeline import sync as sync_elyra
     from prepline.kfp.compile import sync_compiled
 
     image_set = images.ImageSet(a.registry, a.tag)
-    diffs = sync_compiled(Path(a.output), check=a.check, images=image_set)
-    diffs += [f"elyra {d}" for d in sync_elyra(Path(a.elyra_output), check=a.check, images=image_set)]
+    plugins = not a.builtins_only
+    diffs = sync_compiled(Path(a.output), check=a.check, images=image_set, plugins=plugins)
+    diffs += [f"elyra {d}" for d in sync_elyra(Path(a.elyra_output), check=a.check, images=image_set, plugins=plugins)]
+    if plugins and (found := sorted(set(registry.names()) - set(registry.builtin_names()))):
+        print("plug-ins included: " + ", ".join(f"{n} ({registry.origin(n).distribution})" for n in found))
     for d in diffs:
         print(d)
     if a.check and diffs:
@@ -291,146 +228,26 @@ def cmd_compile(argv: list[str]) -> int:
 
 
 def cmd_pipeline(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="prepline pipeline", description="List pipelines or run one locally (kfp.local + local Ray).")
-    sub = ap.add_subparsers(dest="action", required=True)
-    sub.add_parser("list", help="the pipelines (one per transform, and 'super')")
-    r = sub.add_parser("run", help="run a pipeline")
-    r.add_argument("name", help="pipeline name: a transform or 'super'")
-    r.add_argument("--local", action="store_true", required=True, help="run on this machine with kfp.local (the only mode here; use `prepline kfp run` for a KFP server)")
-    r.add_argument("--input", default=None, help="input folder of Parquet files (default: build the bundled sample)")
-    r.add_argument("--work-root", default="runs/pipeline", help="where stage outputs go (default: runs/pipeline)")
-    r.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a pipeline parameter (JSON values allowed); repeat")
-    r.add_argument("--sample-docs", type=int, default=None, help="size of the sample built when --input is not given")
-    r.add_argument("--timings-json", default="", help="also write each task's duration and the per-kind summary here")
+    from prepline.pipeline_cli import cmd_pipeline as run
+
+    return run(argv)
+
+
+def cmd_report(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="prepline report",
+                                 description="Write the HTML report of a pipeline run (charts of every stage's documents, removals, "
+                                             "languages, time and the training loss) from its run folder.")
+    ap.add_argument("run", help="the run folder, <work_root>/<run id> (a local path or s3:// URI)")
+    ap.add_argument("--output", default=None, help="where to write the HTML (default: <run>/report.html)")
     a = ap.parse_args(argv)
-    from pathlib import Path
+    from prepline.report import write_report
+    from prepline.runs import stage_metadata
 
-    from prepline.kfp.local import TaskTimes, run_local, strip_ansi
-
-    if a.action == "list":
-        from prepline.pipelines.factory import pipelines
-
-        for n in sorted(pipelines()):
-            print(n)
-        return 0
-    work = Path(a.work_root).resolve()
-    # the compiled defaults are for a cluster: a local run passes its local values explicitly
-    # (a local Ray head per stage, local paths); --param may still override them
-    args: dict[str, Any] = {"work_root": str(work / "stages"), "provider": "local", "provider_json": "{}"}
-    if a.input:
-        args["input_path"] = str(Path(a.input).resolve()) if "://" not in a.input else a.input
-    else:
-        from prepline.sample import build_sample
-
-        sample = work / "sample"
-        if not (sample / "_truth" / "summary.json").exists():
-            info = build_sample(str(sample), docs=a.sample_docs)
-            _console().print(f"sample: {info['docs']:,} docs at {sample}")
-        args["input_path"] = str(sample)
-    for kv in a.param:
-        k, _, v = kv.partition("=")
-        if not _:
-            raise ConfigError(f"--param {kv!r} is not NAME=VALUE", "e.g. --param languages='[\"en\",\"ja\"]'")
-        try:
-            args[k] = json.loads(v)
-        except json.JSONDecodeError:
-            args[k] = v
-        if isinstance(args[k], (dict,)) or (k.endswith("_json") and not isinstance(args[k], str)):
-            args[k] = json.dumps(args[k])
-    times = TaskTimes()
-    started = time.time()
-    try:
-        secs = run_local(a.name, args, str(work / "kfp"), times)
-    except RuntimeError as e:  # kfp.local's "pipeline finished with status FAILURE ..."
-        msg = strip_ansi(str(e))
-        _print_run_counts(work / "stages", started)  # what the stages up to the failure did
-        raise RunFailed(msg, f"see the failing task's log above; its outputs are under {work / 'kfp'}") from None
-    _print_task_times(times, secs)
-    _print_run_counts(work / "stages", started)
-    if a.timings_json:
-        Path(a.timings_json).write_text(json.dumps({"pipeline": a.name, "seconds": secs, "by_kind": times.by_kind(),
-                                                    "stage_overhead_seconds": times.stage_overhead(), "tasks": times.tasks}, indent=2))
-    _console().print(f"[bold]{a.name}[/]: succeeded in {secs:,.0f}s; stage outputs and metadata.json under {work / 'stages'}, "
-                     f"KFP task outputs and logs under {work / 'kfp'}")
+    if not stage_metadata(a.run):
+        raise ConfigError(f"{a.run} holds no stage metadata.json (<stage>/metadata.json or lang=<code>/<stage>/metadata.json)",
+                          "pass a run folder, <work_root>/<run id>, e.g. runs/pipeline/stages/<run id>")
+    print(f"report: {write_report(a.run, a.output)}")
     return 0
-
-
-def _newest_run_dir(stages_root, since: float):
-    """The run folder (``<work_root>/<run id>``) written since ``since`` (this process's run), if any."""
-    dirs = [d for d in stages_root.iterdir() if d.is_dir() and d.stat().st_mtime >= since - 1] if stages_root.exists() else []
-    return max(dirs, key=lambda d: d.stat().st_mtime) if dirs else None
-
-
-def _removed_cell(meta: dict) -> str:
-    """Removed documents by reason (filter's criterion_<n> spelled out), lang_id's split, failed files."""
-    tot, crit = meta.get("totals", {}), meta.get("parameters", {}).get("criteria") or []
-
-    def reason(k: str) -> str:
-        n = k.removeprefix("criterion_")
-        return f"`{crit[int(n) - 1]}`" if n.isdigit() and 0 < int(n) <= len(crit) else k
-
-    parts = [", ".join(f"{reason(k)}: {v:,}" for k, v in sorted(tot.get("removed", {}).items()))]
-    if not parts[0] and tot.get("parts"):
-        top = sorted(tot["parts"].items(), key=lambda kv: -kv[1])[:6]
-        parts = ["split into " + ", ".join(f"{k.split('=')[-1]} {v:,}" for k, v in top) + (" …" if len(tot["parts"]) > 6 else "")]
-    failed = sorted(meta.get("failures") or {})
-    if failed:  # a failed stage's files, or files tolerated by --max-failed-files
-        parts.append(f"failed file(s): {', '.join(failed[:3])}" + (" …" if len(failed) > 3 else ""))
-    return ", ".join(p for p in parts if p)
-
-
-def _print_run_counts(stages_root, since: float = 0.0) -> None:
-    """The documents of every stage of the run written since ``since``: in, out, removed by reason,
-    in pipeline order and per branch, from their metadata.json; then the training result."""
-    from rich.table import Table
-
-    from prepline.pipelines.factory import BRANCH_STAGES, GLOBAL_STAGES
-
-    run_dir = _newest_run_dir(stages_root, since)
-    if run_dir is None:
-        return
-    order = {s: i for i, s in enumerate(GLOBAL_STAGES + BRANCH_STAGES)}
-    rows = []
-    for m in run_dir.rglob("metadata.json"):
-        rel = m.parent.relative_to(run_dir).parts
-        if "_prepline" in rel or len(rel) > 2:
-            continue
-        branch = rel[0].removeprefix("lang=") if len(rel) == 2 else ""
-        rows.append((branch != "", branch, order.get(rel[-1], len(order)), rel[-1], json.loads(m.read_text())))
-    if not rows:
-        return
-    t = Table(title="documents per stage", title_justify="left")
-    for col in ("stage", "branch", "in", "out", "removed", "seconds"):
-        t.add_column(col, justify="right" if col in ("in", "out", "seconds") else "left")
-    for _, branch, _, stage, meta in sorted(rows, key=lambda r: r[:4]):
-        tot, status = meta.get("totals", {}), meta.get("status", "success")
-        t.add_row(stage if status == "success" else f"{stage} ({status.upper()})", branch, f"{tot.get('docs_in', 0):,}",
-                  f"{tot.get('docs_out', 0):,}", _removed_cell(meta), f"{tot.get('seconds', 0):.1f}")
-    _console().print(t)
-    _console().print(f"(from the metadata.json of each stage under {run_dir})")
-    metrics = run_dir / "fine_tune" / "metrics.json"
-    if metrics.exists():
-        mt = json.loads(metrics.read_text())
-        _console().print(f"fine_tune: {mt.get('steps')} steps, loss {mt.get('initial_loss', 0):.2f} → {mt.get('final_loss', 0):.2f}, "
-                         f"{mt.get('tokens_seen', 0):,} tokens at {mt.get('tokens_per_s', 0):,.0f}/s; model in {mt.get('output', run_dir / 'fine_tune')}")
-
-
-def _print_task_times(times, secs: float) -> None:
-    """Where a local pipeline run's time went, per task kind."""
-    from rich.table import Table
-
-    kinds = times.by_kind()
-    if not kinds:
-        return
-    t = Table(title=f"tasks ({secs:,.0f}s in all)", title_justify="left")
-    for col in ("task", "runs", "mean s", "min s", "max s", "total s"):
-        t.add_column(col, justify="left" if col == "task" else "right")
-    for kind, k in sorted(kinds.items(), key=lambda kv: -kv[1]["total"]):
-        t.add_row(kind, str(k["n"]), f"{k['mean']:.1f}", f"{k['min']:.1f}", f"{k['max']:.1f}", f"{k['total']:.1f}")
-    _console().print(t)
-    over = times.stage_overhead()
-    if over is not None:
-        _console().print(f"per-stage overhead (prepare + start cluster + stop cluster, mean): {over:.1f}s")
 
 
 def cmd_clusters(argv: list[str]) -> int:
@@ -531,8 +348,9 @@ COMMANDS = {
     "sample": (cmd_sample, "build the sample corpus"),
     "compile": (cmd_compile, "compile the KFP components and pipelines into compiled/"),
     "clusters": (cmd_clusters, "list or sweep leftover Ray clusters by label and age"),
-    "pipeline": (cmd_pipeline, "list pipelines, or run one locally (kfp.local + local Ray)"),
+    "pipeline": (cmd_pipeline, "list pipelines, compile a pipeline spec, or run one locally (kfp.local + local Ray)"),
     "tokens": (cmd_tokens, "train one tokenizer for every branch; print Megatron's --data-path of token outputs"),
+    "report": (cmd_report, "write the HTML report of a pipeline run from its run folder"),
     "kfp": (cmd_kfp, "operate a KFP server: upload, run, clone, wait, list, logs (CI-friendly, --json)"),
 }
 
@@ -542,15 +360,19 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     if debug:
         argv.remove("--debug")
-    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format="[prepline] %(message)s", stream=sys.stderr)
-    # a connection error is reported once, with its fix: not also as urllib3's retry warnings
-    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    try:
+        fmt = _take_option(argv, "--log-format")
+        logs.setup(fmt, debug=debug)
+    except ConfigError as e:
+        print(user_message(e), file=sys.stderr)
+        return EXIT_USAGE
     if not argv or argv[0] in ("-h", "--help"):
         print(f"prepline {__version__}: LLM pre-training data preparation on Ray and Kubeflow Pipelines\n")
-        print("usage: prepline [--debug] <command> [options]   (prepline <command> --help for more)\n\ncommands:")
+        print("usage: prepline [--debug] [--log-format text|json] <command> [options]   (prepline <command> --help for more)\n\ncommands:")
         for name, (_, helptext) in COMMANDS.items():
             print(f"  {name:<10} {helptext}")
         print("\n--debug: show the Python traceback of an error (exit codes: docs/reliability.md)")
+        print(f"--log-format: prepline's log lines as text (default) or JSON lines (also {logs.ENV_FORMAT}=json)")
         return 0 if argv else EXIT_USAGE
     if argv[0] == "--version":
         print(__version__)
@@ -560,6 +382,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command '{argv[0]}'\n  fix: one of {', '.join(COMMANDS)}", file=sys.stderr)
         return EXIT_USAGE
     return run_command(cmd[0], argv[1:], debug)
+
+
+def _take_option(argv: list[str], name: str) -> str | None:
+    """Remove a global ``--name VALUE`` / ``--name=VALUE`` from ``argv``; its value."""
+    for i, a in enumerate(argv):
+        if a == name:
+            if i + 1 >= len(argv):
+                raise ConfigError(f"{name} needs a value", f"e.g. {name} json")
+            value = argv[i + 1]
+            del argv[i:i + 2]
+            return value
+        if a.startswith(name + "="):
+            del argv[i]
+            return a.split("=", 1)[1]
+    return None
 
 
 def run_command(fn, argv: list[str], debug: bool = False) -> int:
@@ -576,6 +413,7 @@ def run_command(fn, argv: list[str], debug: bool = False) -> int:
     try:
         return fn(argv)
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - the one place errors meet the user
+        logs.flush_repeats()  # the repeats counted so far, before the error
         if debug:
             import traceback
 
@@ -583,6 +421,7 @@ def run_command(fn, argv: list[str], debug: bool = False) -> int:
         print(user_message(e), file=sys.stderr, flush=True)
         return exit_code(e)
     finally:
+        logs.flush_repeats()
         if old is not None:
             signal.signal(signal.SIGTERM, old)
 

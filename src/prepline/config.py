@@ -37,6 +37,16 @@ def param(
     return dataclasses.field(default=default, metadata=meta)
 
 
+#: the folder next to a stage's output where sampled removed documents go: ``_removed/<reason>/<file>``
+REMOVED_DIR = "_removed"
+
+
+def removed_sample_param() -> Any:
+    """The ``removed_sample`` parameter of a transform that removes documents (the worker writes the sample)."""
+    return param(0, f"write up to N removed documents per reason and input file to {REMOVED_DIR}/<reason>/ next to the "
+                    "output, to see what was removed (0: none)", min=0)
+
+
 @dataclass(frozen=True)
 class ParamInfo:
     """One parameter as the CLI, the KFP components and the docs see it."""
@@ -89,6 +99,21 @@ class TransformConfig:
     @classmethod
     def from_params(cls, values: dict[str, Any]) -> "TransformConfig":
         """Build a config from loosely typed values (CLI strings, JSON, KFP parameters)."""
+        known = cls._known(values)
+        kwargs = {k: coerce(known[k], v) for k, v in values.items()}
+        return cls(**kwargs)
+
+    @classmethod
+    def check_params(cls, values: dict[str, Any]) -> None:
+        """Check part of the parameters (names, types, ranges, choices), not how they combine: an
+        override merged later into other settings (the whole is checked once merged)."""
+        known = cls._known(values)
+        for k, v in values.items():
+            _check_value(cls, known[k], coerce(known[k], v))
+
+    @classmethod
+    def _known(cls, values: dict[str, Any]) -> dict:
+        """The parameters by name; an unknown name in ``values`` is an error that lists the valid ones."""
         known = {p.name: p for p in cls.params()}
         unknown = sorted(set(values) - set(known))
         if unknown:
@@ -96,8 +121,7 @@ class TransformConfig:
                 f"unknown parameter(s) {', '.join(unknown)} for {cls.__name__}",
                 f"valid parameters: {', '.join(sorted(known))}",
             )
-        kwargs = {k: coerce(known[k], v) for k, v in values.items()}
-        return cls(**kwargs)
+        return known
 
     def to_dict(self) -> dict[str, Any]:
         return {p.name: getattr(self, p.name) for p in self.params()}

@@ -78,6 +78,8 @@ class PhaseContext:
         self.work: Location = self.output.sub(f"{WORK}/work")
         self.state = spec.state
         self.num_shards = num_shards
+        #: rows of the input files read so far (from their footers): progress estimates bytes by them
+        self.file_rows: dict[str, int] = {}
 
     def read_input(self, task: FileTask, transform: Checked, columns: list[str] | None) -> pa.Table:
         """Read ``columns`` of one input file (None: all), checked; ``[]`` checks the file only."""
@@ -85,7 +87,7 @@ class PhaseContext:
 
     def iter_input(self, task: FileTask, transform: Checked, columns: list[str] | None) -> Iterator[pa.Table]:
         """The same read, one bounded batch at a time (memory does not follow the file size)."""
-        return iter_checked(self.input, task, transform, columns)
+        return iter_checked(self.input, task, transform, columns, self.file_rows)
 
 
 def _open_checked(loc: Location, task: FileTask, transform: Checked):
@@ -132,9 +134,13 @@ def batch_rows(pf) -> int:
     return int(max(1, min(BATCH_ROWS, target // per_row)))
 
 
-def iter_checked(loc: Location, task: FileTask, transform: Checked, columns: list[str] | None) -> Iterator[pa.Table]:
-    """Read one input file in order, batch by batch (each checked); an empty file gives one empty table."""
+def iter_checked(loc: Location, task: FileTask, transform: Checked, columns: list[str] | None,
+                 rows: dict[str, int] | None = None) -> Iterator[pa.Table]:
+    """Read one input file in order, batch by batch (each checked); an empty file gives one empty table.
+    ``rows`` (if given) learns the file's row count from its footer."""
     pf = _open_checked(loc, task, transform)
+    if rows is not None:
+        rows[task.rel] = pf.metadata.num_rows
     names = pf.schema_arrow.names if columns is None else columns
     first_row = 0
     batches = pf.iter_batches(batch_size=batch_rows(pf), columns=columns, use_threads=False)

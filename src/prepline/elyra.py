@@ -1,5 +1,6 @@
-"""Elyra surface: a component catalog and ``.pipeline`` templates generated from the registry, and the
-one-step stage entrypoint those components run.
+"""Elyra surface: the catalog entry of each transform, the one-step stage entrypoint it runs, and the
+nodes and document of a ``.pipeline`` file (:mod:`prepline.elyra_pipeline` builds the templates and
+writes the whole generated tree, ``elyra_templates/``).
 
 Elyra's Kubeflow Pipelines connector reads components in the KFP **v1** ``component.yaml`` format.
 Each catalog entry runs one transform as a whole stage in a single container step
@@ -19,7 +20,6 @@ Credentials: Elyra 4.1.1 gives custom nodes neither Kubernetes secrets nor envir
 pods get the secret itself (``s3_secret_name``), as in the compiled pipelines.
 
     python -m prepline.elyra run doc_id --input-path data/in --work-root data/work --run-id r1 ...
-    python scripts/gen_elyra.py [--check]        # (re)generate elyra_templates/
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from prepline import registry, s3_credentials, stage_params, stages
+from prepline import logs, registry, s3_credentials, stage_params, stages
 from prepline.errors import ConfigError, PreplineError, exit_code
-from prepline.gentree import sync_tree, write_files
 from prepline.images import DEFAULT as DEFAULT_IMAGES
 from prepline.images import ImageSet
 
@@ -57,14 +56,16 @@ _NS = uuid.UUID("0f3c2f9e-58a4-4a53-9a7c-7e7f1b3a1e10")  # for stable node/link 
 _KFP_TYPE = {str: "String", int: "Integer", float: "Float", bool: "String", list: "String"}
 _STAGE_NAMES = ["input_path", "work_root", "run_id", "branch", "input_stage", "input_from_split", "provider", "provider_json",
                 "cluster_json", "max_failed_files", "timeout_seconds", "start_timeout_seconds", "s3_secret_name", "ray_image",
-                "s3_credentials"]
+                "s3_credentials", "from_plan"]
 #: Elyra 4.1.1 renders pipeline-parameter defaults into Python source between double quotes, unescaped:
 #: provider_json's default is "{}" here (the kuberay provider then uses its in-cluster default server)
 _STAGE_DEFAULTS = {"run_id": RUN_ID_PLACEHOLDER, "input_from_split": "false", "s3_credentials": s3_credentials.DEFAULT_PATH,
-                   "provider_json": "{}"}
+                   "provider_json": "{}", "from_plan": "false"}
 _STAGE_HELP = {
     "run_id": "Run id shared by the stages of one run (paths and cluster names derive from it); the default is KFP's run uuid.",
     "input_from_split": "JSON true/false. " + stage_params.PARAMS["input_from_split"].help,
+    "from_plan": "JSON true/false. " + stage_params.PARAMS["from_plan"].help + " The super template's nodes set it: their own "
+                 "transform values are then not used (change a stage through overrides_json).",
     "s3_credentials": "Folder or file of S3 credentials mounted into the step (Elyra gives custom nodes no secrets: mount the "
                       "claim prepline-s3-credentials of deploy/elyra under Data Volumes); absent = the environment's.",
     "s3_secret_name": "Kubernetes secret whose keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, PREPLINE_S3_ENDPOINT) the Ray head "
@@ -118,6 +119,7 @@ def run_stage(
     start_timeout_seconds: float = 900,
     s3_secret_name: str = "",
     ray_image: str = "",
+    from_plan: bool = False,
     poll: float = 1.0,
     out=sys.stdout,
 ) -> dict:
@@ -125,14 +127,18 @@ def run_stage(
     start the stage's Ray cluster → run the transform as a Ray job and check its metadata.json →
     stop the cluster in ``finally``. A failure to stop fails the step, unless the stage had already
     failed (then its own error is raised and the stop failure is logged). Returns the checked
-    metadata with ``output_path``."""
+    metadata with ``output_path`` (with ``from_plan``, a stage the run's plan does not run for this
+    branch returns ``{"skipped": reason}`` at once)."""
     if not run_id or "{{" in run_id:
         raise ConfigError(f"run_id {run_id!r} is empty or an unresolved placeholder",
                           "run the step under KFP (which resolves {{$.pipeline_job_uuid}}) or pass --run-id")
     stage = transform
     plan = stages.prepare(transform, json.dumps(params), work_root, run_id, stage, branch, input_path, input_stage,
-                          input_from_split, cluster_json)
-    common = dict(provider=provider, provider_json=provider_json, cluster_json=cluster_json, run_id=run_id, stage=stage,
+                          input_from_split, cluster_json, from_plan=from_plan)
+    if not plan["run"]:
+        print(stages.skipped_markdown(plan), file=out, flush=True)
+        return {"skipped": plan["reason"], "output_path": "", "totals": {"docs_out": 0}}
+    common = dict(provider=provider, provider_json=provider_json, cluster_json=plan["cluster_json"], run_id=run_id, stage=stage,
                   branch=branch)
     ok = False
     try:
@@ -203,7 +209,7 @@ def _cli(argv: list[str] | None = None) -> int:
     r.add_argument("--stage-dir-file", default="", help="write the output folder here (KFP output)")
     r.add_argument("--docs-written-file", default="", help="write the documents written here (KFP output)")
     a = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logs.setup()
     try:
         s3_credentials.apply(a.s3_credentials if a.s3_credentials != s3_credentials.DEFAULT_PATH else None)
         params = typed_params(a.transform, dict(a.param))
@@ -217,7 +223,7 @@ def _cli(argv: list[str] | None = None) -> int:
             a.transform, params, input_path=a.input_path, work_root=a.work_root, run_id=a.run_id, branch=a.branch,
             input_stage=a.input_stage, input_from_split=_parse_bool("input_from_split", a.input_from_split),
             provider=a.provider, provider_json=a.provider_json, cluster_json=a.cluster_json, s3_secret_name=a.s3_secret_name,
-            ray_image=a.ray_image, **ints,
+            ray_image=a.ray_image, from_plan=_parse_bool("from_plan", a.from_plan), **ints,
         )
     except PreplineError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -324,43 +330,57 @@ def _stage_values(transform: str, overrides: dict) -> dict[str, Any]:
     return vals
 
 
-def _node(template: str, transform: str, label: str, pos: tuple[int, int], parent: str | None, node_inputs: dict,
+def stage_node(template: str, transform: str, label: str, pos: tuple[int, int], parents: list[str] | str | None, node_inputs: dict,
           overrides: dict) -> dict:
-    nid = _id(template, label)
     values = _stage_values(transform, overrides)
     params: dict[str, dict] = {p.name: _node_value(_KFP_TYPE[p.type], values[p.name]) for p in registry.get(transform).Config.params()}
-    for name, kfp_type, default, is_pipeline_param, _ in STAGE_INPUTS:
-        if is_pipeline_param:
-            params[name] = {"widget": "parameter", "value": name}
-        else:
-            params[name] = _node_value(kfp_type, node_inputs.get(name, default))
+    params.update(_inputs_values(STAGE_INPUTS, node_inputs))
     for name, *_ in STAGE_OUTPUTS:
         params[f"output_{name}"] = ""
+    return raw_node(template, component_id(transform), label, pos, parents, params, f"prepline {transform}: {registry.get(transform).summary}")
+
+
+def _inputs_values(inputs, node_inputs: dict) -> dict[str, dict]:
+    """A node's values of ``inputs`` (name, KFP type, default, pipeline parameter?, help): pipeline
+    parameters by reference, the rest from ``node_inputs`` or the default."""
+    return {name: {"widget": "parameter", "value": name} if is_pp else _node_value(kfp_type, node_inputs.get(name, default))
+            for name, kfp_type, default, is_pp, _ in inputs}
+
+
+def raw_node(template: str, op: str, label: str, pos: tuple[int, int], parents: list[str] | str | None, params: dict,
+             description: str) -> dict:
+    """One execution node of a template: catalog entry ``op``, its parameters, links from ``parents``."""
+    parents = [parents] if isinstance(parents, str) else list(parents or [])
     port_ui = {"cardinality": {"min": 0, "max": -1}}
     inport: dict = {"id": "inPort", "app_data": {"ui_data": {**port_ui, "label": "Input Port"}}}
-    if parent:
-        inport["links"] = [{"id": _id(template, "link", label), "node_id_ref": parent, "port_id_ref": "outPort"}]
+    if parents:
+        inport["links"] = [{"id": _id(template, "link", label, *([p] if i else [])), "node_id_ref": p, "port_id_ref": "outPort"}
+                           for i, p in enumerate(parents)]
     return {
-        "id": nid,
+        "id": _id(template, label),
         "type": "execution_node",
-        "op": component_id(transform),
+        "op": op,
         "app_data": {
             "component_parameters": params,
             "label": label,
-            "ui_data": {"label": label, "x_pos": pos[0], "y_pos": pos[1],
-                        "description": f"prepline {transform}: {registry.get(transform).summary}"},
+            "ui_data": {"label": label, "x_pos": pos[0], "y_pos": pos[1], "description": description},
         },
         "inputs": [inport],
         "outputs": [{"id": "outPort", "app_data": {"ui_data": {**port_ui, "label": "Output Port"}}}],
     }
 
 
-def _pipeline_parameters(images: ImageSet) -> list[dict]:
-    return [{"name": n, "description": d, "default_value": {"type": t, "value": "" if v is None else v}, "required": v is None}
-            for n, t, v, is_pp, d in stage_inputs(images) if is_pp]
+def _pipeline_parameters(inputs) -> list[dict]:
+    out, seen = [], set()
+    for n, t, v, is_pp, d in inputs:
+        if is_pp and n not in seen:
+            seen.add(n)
+            out.append({"name": n, "description": d, "default_value": {"type": t, "value": "" if v is None else v}, "required": v is None})
+    return out
 
 
-def _document(template: str, name: str, description: str, nodes: list[dict], images: ImageSet) -> dict:
+def document(template: str, name: str, description: str, nodes: list[dict], images: ImageSet, inputs=None) -> dict:
+    """A pipeline-flow v3 document of ``nodes``; its pipeline parameters from ``inputs`` (default: the stage inputs)."""
     pid = _id(template, "pipeline")
     return {
         "doc_type": "pipeline",
@@ -383,66 +403,13 @@ def _document(template: str, name: str, description: str, nodes: list[dict], ima
                         "disable_node_caching": "True",
                         "mounted_volumes": [{"path": s3_credentials.DEFAULT_PATH, "pvc_name": CREDENTIALS_CLAIM, "read_only": True}],
                     },
-                    "pipeline_parameters": _pipeline_parameters(images),
+                    "pipeline_parameters": _pipeline_parameters(stage_inputs(images) if inputs is None else inputs),
                 },
             },
             "runtime_ref": "",
         }],
         "schemas": [],
     }
-
-
-def simple_template(transform: str, images: ImageSet = DEFAULT_IMAGES) -> dict:
-    node = _node(transform, transform, transform, (80, 80), None, {}, {})
-    return _document(transform, f"prepline-{transform.replace('_', '-')}",
-                     f"prepline {transform}: {registry.get(transform).summary}", [node], images)
-
-
-def super_template(images: ImageSet = DEFAULT_IMAGES) -> dict:
-    """The super pipeline as Elyra nodes: the global stages in a chain, then one chain of the
-    branch stages per default language (parallel), each reading its lang=<code> split."""
-    from prepline.pipelines.factory import DEFAULT_LANGUAGES, default_overrides, super_stages
-
-    glob, branch = super_stages()
-    over = {k: v.get("params", {}) for k, v in default_overrides().items()}
-    nodes, parent, prev = [], None, ""
-    for i, s in enumerate(glob):
-        n = _node("super", s, s, (80 + 220 * i, 80), parent, {"input_stage": prev}, over.get(s, {}))
-        nodes.append(n)
-        parent, prev = n["id"], s
-    split = prev == "lang_id"
-    langs = DEFAULT_LANGUAGES if split else [""]
-    for li, lang in enumerate(langs):
-        bparent, bprev = parent, prev
-        for i, s in enumerate(branch):
-            label = f"{s}-{lang}" if lang else s
-            inputs = {"input_stage": bprev, "branch": lang,
-                      "input_from_split": json.dumps(split and i == 0)}
-            n = _node("super", s, label, (80 + 220 * (len(glob) + i), 80 + 160 * li), bparent, inputs, over.get(s, {}))
-            nodes.append(n)
-            bparent, bprev = n["id"], s
-    desc = "prepline super pipeline: " + " → ".join(glob) + (
-        f" → per language ({', '.join(langs)}): " + " → ".join(branch) if branch and split else
-        (" → " + " → ".join(branch) if branch else ""))
-    return _document("super", "prepline-super", desc, nodes, images)
-
-
-TEMPLATE_TRANSFORM = "doc_id"
-
-
-def generate(images: ImageSet = DEFAULT_IMAGES) -> dict[str, str]:
-    """Every generated file of elyra_templates/ by its relative path."""
-    files = {f"{CATALOG_SUBDIR}/{component_file(t)}": _yaml(component_spec(t, images)) for t in registry.names()}
-    if TEMPLATE_TRANSFORM in registry.names():
-        files[f"{TEMPLATE_TRANSFORM}.pipeline"] = json.dumps(simple_template(TEMPLATE_TRANSFORM, images), indent=2) + "\n"
-    files["super.pipeline"] = json.dumps(super_template(images), indent=2, ensure_ascii=False) + "\n"
-    return files
-
-
-def sync(target: Path, check: bool = False, images: ImageSet = DEFAULT_IMAGES) -> list[str]:
-    """Compare the generated files of ``target`` (*.yaml under the catalog folder and *.pipeline)
-    with :func:`generate`; unless ``check``, write the differences. Returns them."""
-    return sync_tree(write_files(generate(images)), target, [f"{CATALOG_SUBDIR}/*.yaml", "*.pipeline"], check=check)
 
 
 if __name__ == "__main__":

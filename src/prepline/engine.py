@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -24,6 +24,7 @@ from prepline.context import FINAL, MARKERS, ONCE, WORK, PhaseContext, WorkerSpe
 from prepline.data_access import FileInfo, LocalLocation, Location, inside, open_location
 from prepline.errors import (ConfigError, InputError, InternalError, Interrupted, OutputError, PreplineError, RunFailed,
                              ServiceError, ServiceUnavailable, os_error)
+from prepline.progress import Tracker
 from prepline.runtime import Executor, RunOptions, make_executor
 from prepline.runtime.lock import LOCK, OutputLock, output_lock
 from prepline.transform import FileTask, Phase, Transform
@@ -40,7 +41,8 @@ class RunResult:
     resumed: bool = False  # True when a complete earlier run was found and nothing ran
 
 
-ProgressFactory = Callable[[str, int], Any]
+#: makes the view of one phase's progress (a bar or log lines, :mod:`prepline.progress`); ``.close()`` ends it
+ProgressFactory = Callable[[Tracker], Any]
 
 
 def fingerprint(transform: Transform, files: list[FileInfo], input_uri: str) -> str:
@@ -112,6 +114,9 @@ class _Run:
     fatal: PreplineError | None = None
     fatal_task: dict | None = None
     lock: OutputLock | None = None
+    #: seconds before the workers could start: opening, listing, connecting to Ray; then the workers' own start
+    startup: float = 0.0
+    executor_stats: dict = field(default_factory=dict)
 
     def spec(self, phase: str, state: dict | None = None) -> WorkerSpec:
         return WorkerSpec(self.name, self.transform.config.to_dict(), self.inp.uri, self.out.uri, phase, state or {})
@@ -144,8 +149,10 @@ def _run_phases(run: _Run, progress: ProgressFactory | None) -> None:
     executor: Executor | None = None
     try:
         executor = make_executor(run.options)
+        run.startup, run.executor_stats = time.perf_counter() - run.t_start, executor.stats
+        on_driver = make_executor(replace(run.options, runtime="local", workers=1))
         for phase in run.transform.phases() + [Phase(FINAL, "files", "transform")]:
-            if not _run_phase(run, phase, executor, progress):
+            if not _run_phase(run, phase, on_driver if phase.on_driver else executor, progress):
                 return
         run.complete = True
     except BaseException as e:  # noqa: BLE001 - recorded in metadata.json, raised again by _conclude
@@ -231,6 +238,15 @@ def _start(run: _Run) -> None:
         raise os_error(e, run.out.uri) from None
 
 
+def _tracker(run: _Run, phase: Phase, keyed: dict[str, Any], done: dict[str, dict]) -> Tracker:
+    """The progress of one phase, its tasks finished by an earlier run counted as done."""
+    by_files = phase.over == "files"
+    size = {k: getattr(it, "size", 0) for k, it in keyed.items()}
+    t = Tracker(run.name, phase.name, len(keyed), sum(size.values()), by_files, counts_docs=phase.name == FINAL)
+    t.resumed(len(done), sum(int(r.get("docs_in", 0)) for r in done.values()), sum(size[k] for k in done))
+    return t
+
+
 def _task_key(item: Any) -> str:
     if isinstance(item, FileTask):
         return item.rel
@@ -261,14 +277,12 @@ def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFa
         run.resumed = sorted(res)
     pending = sorted((it for k, it in keyed.items() if k not in res), key=lambda it: -(it.size if isinstance(it, FileTask) else 0))
     t0 = time.perf_counter()
-    bar = progress(phase.name, len(items)) if progress else None
-    if bar:
-        bar.advance(len(res))
+    tracker = _tracker(run, phase, keyed, res)
+    view = progress(tracker) if progress else None
 
     def on_result(item: Any, r: dict) -> bool:
         key = _task_key(item)
-        if bar:
-            bar.advance(1)
+        tracker.finished(key, int(r.get("docs_in", 0)) if "error" not in r else 0, getattr(item, "size", 0))
         run.lock.check()  # an S3 lease taken over by another run: stop before writing more
         if "error" in r:
             log.error("%s", r["error"])
@@ -284,11 +298,14 @@ def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFa
 
     run.results[phase.name] = res
     retried = executor.stats.get("retried", 0)
-    ok = executor.run(run.spec(phase.name, state), pending, on_result) if pending else True
-    if bar:
-        bar.close()
+    try:
+        ok = executor.run(run.spec(phase.name, state), pending, on_result, tracker.report) if pending else True
+    finally:
+        if view:
+            view.close()
     run.phases[phase.name] = {"tasks": len(items), "resumed": len(items) - len(pending), "retried": executor.stats.get("retried", 0) - retried,
-                              "seconds": round(time.perf_counter() - t0, 3), "workers": executor.workers}
+                              "seconds": round(time.perf_counter() - t0, 3), "workers": executor.workers,
+                              **({"on_driver": True} if phase.on_driver else {})}
     return ok and not run.too_many_failures
 
 
@@ -321,12 +338,14 @@ def _conclude(run: _Run) -> RunResult:
         skipped_files=run.resumed,
         started=run.started,
         seconds=time.perf_counter() - run.t_start,
+        startup_seconds=run.startup + run.executor_stats.get("worker_start_seconds", 0.0),
         phases=run.phases,
         status=status,
         state_summary=run.transform.plan_summary(run.results) if status == "success" else None,
     )
     if finished:
         meta["finish"] = finished
+    _describe(run.transform, meta)
     if run.fatal is not None:
         meta["error"] = {"message": run.fatal.message, "fix": run.fatal.fix, "type": type(run.fatal).__name__,
                          **({k: v for k, v in run.fatal_task.items() if k not in ("error", "fix")} if run.fatal_task else {})}
@@ -341,6 +360,15 @@ def _conclude(run: _Run) -> RunResult:
         )
     _clear(run.out, WORK)
     return RunResult(meta, run.out.uri)
+
+
+def _describe(transform: Transform, meta: dict) -> None:
+    """What the UI and the report show: removal reasons and counters by their names for people
+    (``labels``, where they differ from the key) and the transform's headline numbers."""
+    t = meta["totals"]
+    labels = {k: transform.label(k) for k in [*t["removed"], *t["counters"]]}
+    meta["labels"] = {k: v for k, v in labels.items() if v != k}
+    meta["headline"] = metadata.headline(meta, transform.headline, transform.label)
 
 
 def _write_metadata(run: _Run, meta: dict) -> None:

@@ -10,7 +10,7 @@ import datetime as _dt
 import importlib.metadata
 import platform
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 from prepline.errors import RunFailed
 
@@ -48,23 +48,50 @@ def totals(files: dict[str, dict]) -> dict[str, Any]:
     removed: Counter = Counter()
     counters: Counter = Counter()
     parts: Counter = Counter()
+    sampled: Counter = Counter()
     for s in files.values():
         for k in ("docs_in", "docs_out", "bytes_in", "bytes_out"):
             t[k] += s[k]
         removed.update(s.get("removed", {}))
         counters.update(s.get("counters", {}))
         parts.update(s.get("parts", {}))
+        sampled.update(s.get("removed_sampled", {}))
     t["removed"] = dict(sorted(removed.items()))
     t["removed_total"] = sum(removed.values())
     t["counters"] = dict(sorted(counters.items()))
     if set(parts) != {""}:
         t["parts"] = dict(sorted(parts.items()))
+    if sampled:
+        t["removed_sampled"] = dict(sorted(sampled.items()))
     if t["docs_in"] != t["docs_out"] + t["removed_total"]:
         raise RunFailed(
             f"total counts do not add up: docs_in={t['docs_in']} != docs_out={t['docs_out']} + removed={t['removed_total']}",
             "this is a bug in the transform: report it with this metadata",
         )
     return t
+
+
+#: where a headline entry looks: ``counters`` by default
+_HEADLINE_SOURCES = ("counters", "removed", "plan", "finish")
+
+
+def headline(meta: dict, patterns: tuple[str, ...], label: Callable[[str], str] = str) -> list[dict]:
+    """A transform's headline numbers from its metadata: ``[{"key", "label", "value"}]`` in the order
+    declared (matches of a pattern sorted by name); only numbers, only what the run has."""
+    from fnmatch import fnmatchcase
+
+    sources = {"counters": meta.get("totals", {}).get("counters") or {}, "removed": meta.get("totals", {}).get("removed") or {},
+               "plan": meta.get("plan") or {}, "finish": meta.get("finish") or {}}
+    out, seen = [], set()
+    for p in patterns:
+        src, _, pat = p.partition(".") if p.split(".", 1)[0] in _HEADLINE_SOURCES and "." in p else ("counters", "", p)
+        for k in sorted(sources[src]):
+            v = sources[src][k]
+            key = f"{src}.{k}"
+            if fnmatchcase(k, pat) and key not in seen and isinstance(v, (int, float)) and not isinstance(v, bool):
+                seen.add(key)
+                out.append({"key": key, "label": label(k) if src in ("counters", "removed") else k, "value": v})
+    return out
 
 
 def build(
@@ -78,6 +105,7 @@ def build(
     skipped_files: list[str],
     started: str,
     seconds: float,
+    startup_seconds: float = 0.0,
     phases: dict[str, dict],
     status: str,
     state_summary: dict | None = None,
@@ -89,9 +117,13 @@ def build(
     known = [f["docs"] for f in failures.values() if isinstance(f.get("docs"), int)]
     t["docs_in_failed_files"] = sum(known)
     t["failed_files_docs_unknown"] = len(failures) - len(known)
+    # throughput is of the work: the start-up (connecting to Ray, starting the workers) is shown apart
+    work = max(seconds - startup_seconds, 0.0)
     t["seconds"] = round(seconds, 3)
-    t["docs_per_second"] = round(t["docs_in"] / seconds, 1) if seconds > 0 else None
-    t["mb_per_second"] = round(t["bytes_in"] / 1e6 / seconds, 2) if seconds > 0 else None
+    t["startup_seconds"] = round(min(startup_seconds, seconds), 3)
+    t["work_seconds"] = round(work, 3)
+    t["docs_per_second"] = round(t["docs_in"] / work, 1) if work > 0 else None
+    t["mb_per_second"] = round(t["bytes_in"] / 1e6 / work, 2) if work > 0 else None
     return {
         "schema_version": SCHEMA_VERSION,
         "transform": transform,

@@ -2,7 +2,10 @@
 
 The steps, each over a whole batch of documents at once:
 
-1. **Units.** ``word`` shingles: the text is lower-cased and split on white space
+1. **Units.** ``auto`` (the default) chooses per document: ``char`` for a document written
+   mostly in a script without spaces between words (:data:`UNSEGMENTED`: Han, kana, Thai,
+   Lao, Khmer, Myanmar, Tibetan; at least :data:`AUTO_CHAR_SHARE` of its characters),
+   ``word`` for every other. ``word`` shingles: the text is lower-cased and split on white space
    (``pyarrow.compute.utf8_lower`` and ``utf8_split_whitespace``: the words of Python's
    ``str.lower().split()``); each word gets a 64-bit hash from DuckDB's ``hash()`` over the
    flat word column (once per batch, in a private single-threaded DuckDB). ``char``
@@ -29,11 +32,14 @@ process, worker and run (only integer arithmetic; word hashes come from the pinn
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from prepline.hashing import SPACES, utf8_bytes
 
 __all__ = [
     "Shingles",
@@ -42,6 +48,9 @@ __all__ = [
     "band_keys",
     "estimated_jaccard",
     "lsh_probability",
+    "lsh_shape",
+    "unsegmented_share",
+    "UNSEGMENTED",
     "permutations",
     "mix64",
 ]
@@ -85,19 +94,6 @@ def permutations(num: int) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def _bytes_of(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(uint8 bytes, int64 offsets rebased to 0) of a string array (nulls count as empty)."""
-    arr = arr.cast(pa.large_string())
-    n = len(arr)
-    if arr.null_count:
-        arr = pc.fill_null(arr, "")
-    _, off_buf, data_buf = arr.buffers()
-    offsets = np.frombuffer(off_buf, dtype=np.int64, count=n + 1, offset=arr.offset * 8)
-    lo, hi = int(offsets[0]), int(offsets[-1])
-    data = np.frombuffer(data_buf, dtype=np.uint8, count=hi - lo, offset=lo) if hi > lo else np.zeros(0, np.uint8)
-    return data, offsets - lo
-
-
 _CON = None
 
 
@@ -136,9 +132,7 @@ def _word_units(low: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 # the UTF-8 bytes of the Unicode white-space characters (as Python's str.isspace), packed
 # little-endian into one integer as _char_units packs every character
-_WS_CHARS = [chr(c) for c in (*range(9, 14), *range(28, 33), 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
-                              0x2028, 0x2029, 0x202F, 0x205F, 0x3000)]
-_WS_CODES = np.array(sorted(int.from_bytes(c.encode(), "little") for c in _WS_CHARS), dtype=np.uint64)
+_WS_CODES = np.array(sorted(int.from_bytes(c.encode(), "little") for c in SPACES), dtype=np.uint64)
 _SPACE = _U64(32)
 _ASCII_WS = np.zeros(256, dtype=bool)
 _ASCII_WS[[*range(9, 14), *range(28, 33)]] = True
@@ -148,7 +142,7 @@ def _char_units(low: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """The characters of lower-cased text, white-space runs collapsed to one space and trimmed.
 
     Each character is its UTF-8 bytes packed into an integer (unique per character)."""
-    data, offsets = _bytes_of(low)
+    data, offsets = utf8_bytes(low)
     n = len(offsets) - 1
     if len(data) == 0:
         return np.zeros(0, dtype=np.uint64), np.zeros(n + 1, dtype=np.int64)
@@ -219,19 +213,96 @@ class Shingles:
         return self.hashes[self.doc_offsets[i] : self.doc_offsets[i + 1]]
 
 
-def shingle(text: pa.Array | pa.ChunkedArray, k: int = 5, kind: str = "word") -> Shingles:
+# Unicode blocks of scripts written without spaces between words (code point ranges, inclusive):
+# a document mostly in these is shingled by characters under ``auto``. Hangul is not among them:
+# Korean separates words by spaces, and word shingles measure its near duplicates as they do
+# for English (docs/transforms/fuzzy_dedup.md has the measurement).
+UNSEGMENTED = (
+    (0x0E00, 0x0EFF),  # Thai, Lao
+    (0x0F00, 0x0FFF),  # Tibetan
+    (0x1000, 0x109F),  # Myanmar
+    (0x1780, 0x17FF),  # Khmer
+    (0x19E0, 0x19FF),  # Khmer symbols
+    (0x2E80, 0x2FDF),  # CJK radicals, Kangxi radicals
+    (0x3040, 0x312F),  # Hiragana, Katakana, Bopomofo
+    (0x31A0, 0x31FF),  # Bopomofo extended, CJK strokes, Katakana phonetic extensions
+    (0x3400, 0x4DBF),  # CJK unified ideographs extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF66, 0xFF9F),  # half-width Katakana
+    (0x20000, 0x3FFFF),  # CJK extensions B and later
+)
+#: ``auto`` shingles a document by characters when at least this share of its characters is in
+#: :data:`UNSEGMENTED` (Japanese, Chinese and Thai text: 0.6 to 1.0; other text: 0)
+AUTO_CHAR_SHARE = 0.3
+_UNSEG_BOUNDS = np.array([x for lo, hi in UNSEGMENTED for x in (lo, hi + 1)], dtype=np.uint32)
+
+
+def unsegmented_share(text: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Per document, the share of its characters that are in :data:`UNSEGMENTED` (0 when empty).
+
+    Only 3- and 4-byte UTF-8 sequences can be in those blocks: their code points are decoded
+    with numpy over the byte buffer, the rest is never looked at."""
+    if isinstance(text, pa.ChunkedArray):
+        text = text.combine_chunks() if text.num_chunks != 1 else text.chunk(0)
+    n = len(text)
+    data, offsets = utf8_bytes(text)
+    out = np.zeros(n, dtype=np.float64)
+    lead = np.flatnonzero(data >= 0xE0)
+    if len(lead) == 0:
+        return out
+    padded = np.concatenate([data, np.zeros(3, dtype=np.uint8)]).astype(np.uint32)
+    b0, b1, b2, b3 = padded[lead], padded[lead + 1] & 0x3F, padded[lead + 2] & 0x3F, padded[lead + 3] & 0x3F
+    four = b0 >= 0xF0
+    cp = np.where(four, ((b0 & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3, ((b0 & 0x0F) << 12) | (b1 << 6) | b2)
+    hit = (np.searchsorted(_UNSEG_BOUNDS, cp, side="right") & 1).astype(bool)
+    if not hit.any():
+        return out
+    doc = np.searchsorted(offsets, lead[hit], side="right") - 1
+    docs, count = np.unique(doc, return_counts=True)
+    chars = pc.utf8_length(text.take(pa.array(docs))).to_numpy(zero_copy_only=False)  # only where there are hits
+    out[docs] = count / chars
+    return out
+
+
+def shingle(text: pa.Array | pa.ChunkedArray, k: int = 5, kind: str = "auto") -> Shingles:
     """Shingle hashes of every document of ``text`` (k units each; see the module docstring)."""
     if isinstance(text, pa.ChunkedArray):
         text = text.combine_chunks() if text.num_chunks != 1 else text.chunk(0)
     if not 1 <= k <= MAX_SHINGLE:
         raise ValueError(f"shingle size {k} outside 1..{MAX_SHINGLE}")
-    low = pc.utf8_lower(text)
-    if kind == "word":
-        units, uoff = _word_units(low)
-    elif kind == "char":
-        units, uoff = _char_units(low)
-    else:
+    if kind not in ("auto", "word", "char"):
         raise ValueError(f"unknown shingle kind {kind!r}")
+    low = pc.utf8_lower(text)
+    if kind == "auto":
+        by_char = unsegmented_share(low) >= AUTO_CHAR_SHARE
+        if by_char.all() or not by_char.any():
+            kind = "char" if by_char.all() and len(by_char) else "word"
+        else:
+            rows = (np.flatnonzero(~by_char), np.flatnonzero(by_char))
+            parts = [_windows(*units(low.take(pa.array(r))), k) for units, r in zip((_word_units, _char_units), rows)]
+            return _interleave(len(low), rows, parts)
+    units, uoff = (_word_units if kind == "word" else _char_units)(low)
+    return _windows(units, uoff, k)
+
+
+def _interleave(n: int, rows: tuple[np.ndarray, ...], parts: list[Shingles]) -> Shingles:
+    """One Shingles of ``n`` documents from parts that hold the documents ``rows[i]`` (in order)."""
+    counts = np.zeros(n, dtype=np.int64)
+    for r, part in zip(rows, parts):
+        counts[r] = part.counts
+    soff = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=soff[1:])
+    hashes = np.empty(int(soff[-1]), dtype=np.uint64)
+    for r, part in zip(rows, parts):
+        # each of the part's shingles moves by where its document starts now minus where it started
+        shift = np.repeat(soff[r] - part.doc_offsets[:-1], part.counts)
+        hashes[np.arange(len(part.hashes)) + shift] = part.hashes
+    return Shingles(hashes, soff)
+
+
+def _windows(units: np.ndarray, uoff: np.ndarray, k: int) -> Shingles:
+    """32-bit hashes of the k-unit windows of each document's units (one shingle when shorter)."""
     n = len(uoff) - 1
     counts = np.diff(uoff)
     nsh = np.where(counts >= k, counts - k + 1, np.minimum(counts, 1))
@@ -322,3 +393,42 @@ def estimated_jaccard(sa: np.ndarray, sb: np.ndarray) -> np.ndarray:
 def lsh_probability(j: float | np.ndarray, bands: int, rows: int):
     """Probability that two documents with Jaccard ``j`` share a bucket in at least one band."""
     return 1.0 - (1.0 - np.asarray(j, dtype=float) ** rows) ** bands
+
+
+def _bands_needed(threshold: float, rows: int, target: float) -> float:
+    """Fewest bands of ``rows`` rows with candidate probability >= target at ``threshold`` (inf: none)."""
+    q = threshold**rows
+    if q >= 1.0:
+        return 1
+    if q <= 0.0 or target >= 1.0:
+        return math.inf
+    return max(1, math.ceil(math.log1p(-target) / math.log1p(-q) - 1e-9))
+
+
+def _false_candidate_area(threshold: float, bands: int, rows: int) -> float:
+    """Area under the S-curve below the threshold: how many pairs under it become candidates."""
+    j = np.linspace(0.0, threshold, 257)
+    p = lsh_probability(j, bands, rows)
+    return float(((p[1:] + p[:-1]) * np.diff(j)).sum() / 2)
+
+
+def lsh_shape(threshold: float, target_recall: float, max_permutations: int) -> tuple[int, int]:
+    """``(bands, rows)`` for LSH at ``threshold``: a pair with Jaccard exactly ``threshold`` (hence
+    any pair above it: the S-curve rises) shares a bucket with probability >= ``target_recall``,
+    using at most ``max_permutations`` signature values; among the shapes that do, the steepest
+    (the least area under the curve below the threshold: fewest candidates to verify).
+
+    Raises ValueError naming the fewest permutations that reach the target when none does."""
+    best = None
+    for rows in range(1, max_permutations + 1):
+        bands = _bands_needed(threshold, rows, target_recall)
+        if bands * rows <= max_permutations:
+            key = (_false_candidate_area(threshold, bands, rows), bands * rows)
+            if best is None or key < best[0]:
+                best = (key, bands, rows)
+    if best is None:
+        need = min(_bands_needed(threshold, r, target_recall) * r for r in range(1, 65))
+        more = f"at least {int(need)} permutations" if math.isfinite(need) else "a lower target recall"
+        raise ValueError(f"no LSH shape with at most {max_permutations} permutations reaches recall {target_recall} "
+                         f"at Jaccard {threshold}: it needs {more}")
+    return best[1], best[2]

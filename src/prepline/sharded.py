@@ -70,11 +70,9 @@ def write_partitioned(loc: Location, rel: str, table: pa.Table, shard: np.ndarra
         return 0
     index = {str(s): i for i, (s, _) in enumerate(parts)}
     schema = table.schema.with_metadata({_INDEX_KEY: json.dumps(index).encode()})
-    sink = pa.BufferOutputStream()
-    with ipc.new_file(sink, schema, options=ipc.IpcWriteOptions(compression="lz4")) as w:
-        for _, part in parts:
+    with loc.open_output(rel) as f, ipc.new_file(f, schema, options=ipc.IpcWriteOptions(compression="lz4")) as w:
+        for _, part in parts:  # streamed to the file: no second copy of the table in memory
             w.write_batch(pa.RecordBatch.from_arrays([col.combine_chunks() for col in part.columns], schema=schema))
-    loc.write_bytes(rel, sink.getvalue().to_pybytes())
     return len(parts)
 
 

@@ -51,10 +51,20 @@ _ALL = [
                   "s3:// URI (or a folder every step and Ray pod mounts) under which every stage writes "
                   "<work_root>/<run id>/[lang=<branch>/]<stage>. Required."),
     PipelineParam("languages", list, DEFAULT_LANGUAGES,
-                  "Language branches to run after lang_id (ISO codes as fastText gives them)."),
+                  "Language branches to run after lang_id (ISO codes as fastText gives them); 'other' adds a branch over every "
+                  "language without its own (else those documents are kept aside in lang_id's lang=other and counted)."),
+    PipelineParam("input_format", str, "auto",
+                  "Format of input_path: auto (by the files' extensions), parquet, jsonl, csv, warc, wet or hf; anything but "
+                  "Parquet goes through ingest first."),
+    PipelineParam("text_column", str, "contents",
+                  "The text column of every stage (their content_column, ingest's text_column, ${text_column} in the filter criteria)."),
+    PipelineParam("from_plan", bool, False,
+                  "Take the stage's input, parameters and cluster from the run's plan.json, which the first step of a super "
+                  "pipeline writes (params_json, overrides_json, input_stage and input_from_split are then not used)."),
     PipelineParam("params_json", str, "{}", "The transform's parameters as a JSON object (see the table above); {} for the defaults."),
     PipelineParam("overrides_json", str, "{}",
-                  'Per-stage overrides {"<stage>": {"params": {...}, "cluster": {...}}} (used by super pipelines).'),
+                  'Settings merged over the defaults (docs/pipelines.md): {"<stage>": {"params": {...}, "cluster": {...}, '
+                  '"branches": {"<language>": {"params": {...}}}}}; "tokenizer": the shared tokenizer\'s params.'),
     PipelineParam("branch", str, "", "Language branch this stage runs for ('' outside a per-language branch)."),
     PipelineParam("input_stage", str, "", "Read the output of this earlier stage of the same run instead of input_path."),
     PipelineParam("input_from_split", bool, False,
@@ -109,13 +119,23 @@ PARAMS: dict[str, PipelineParam] = {p.name: p for p in _ALL}
 #: what every stage takes besides its transform's parameters, in the order of the simple pipelines
 STAGE = ["input_path", "work_root", "params_json", "overrides_json", "branch", "input_stage", "input_from_split", "provider",
          "provider_json", "cluster_json", "max_failed_files", "timeout_seconds", "start_timeout_seconds", "s3_secret_name", "run_id",
-         "launcher_image", "ray_image"]
+         "launcher_image", "ray_image", "from_plan"]
 #: what a super pipeline passes down to every stage unchanged
 SHARED = ["work_root", "overrides_json", "provider", "provider_json", "cluster_json", "max_failed_files", "timeout_seconds",
           "start_timeout_seconds", "s3_secret_name", "launcher_image", "ray_image"]
 TRAIN = ["train_mode", "train_languages", "train_params_json", "trainjob_json", "train_timeout_seconds", "trainer_image"]
-SUPER = ["input_path", "work_root", "languages", *SHARED[1:], *TRAIN]
+SUPER = ["input_path", "work_root", "languages", "input_format", "text_column", *SHARED[1:], *TRAIN]
 CHAINED = [*SUPER, "kfp_host", "kfp_namespace", "kfp_experiment", "kfp_token_secret", "stage_pipeline_version"]
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    """``over`` merged into a copy of ``base``: mappings key by key, anything else (lists too) replaced."""
+    import copy
+
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
 
 
 def image_defaults(images: ImageSet) -> dict[str, str]:
@@ -137,14 +157,17 @@ def args_doc(names: list[str], descriptions: dict[str, str] | None = None) -> st
 
 def check_overrides(overrides_json: str) -> dict:
     """Check ``overrides_json`` whole: every stage it names exists and every stage's parameters are
-    valid (types, ranges, names). The first step of a pipeline calls it, so a typo in the last
-    stage's parameters fails in seconds, not after the stages before it ran. Returns the overrides."""
+    valid (types, ranges, names), at stage level and per branch
+    (``{"<stage>": {"params": {...}, "cluster": {...}, "branches": {"<branch>": {"params": ..., "cluster": ...}}}}``;
+    ``tokenizer`` holds the shared tokenizer's parameters). The first step of a pipeline calls it,
+    so a typo in the last stage's parameters fails in seconds, not after the stages before it ran.
+    Returns the overrides."""
     import json
 
     from prepline import registry
     from prepline.errors import ConfigError
 
-    example = '{"filter": {"params": {"criteria": ["..."]}, "cluster": {"workers": {"replicas": 4}}}}'
+    example = '{"filter": {"params": {"criteria": ["..."]}, "cluster": {"workers": {"replicas": 4}}, "branches": {"ja": {"params": {...}}}}}'
     if overrides_json in ("", None):
         return {}
     try:
@@ -154,15 +177,35 @@ def check_overrides(overrides_json: str) -> dict:
     if not isinstance(o, dict):
         raise ConfigError(f"overrides_json must be a JSON object of stages, got {type(o).__name__}", f"e.g. {example}")
     for stage, s in o.items():
-        if stage not in registry.names():
+        config = _config_of(stage)
+        if config is None:
             raise ConfigError(f"overrides_json names stage '{stage}', which does not exist",
-                              f"stages: {', '.join(registry.names())}")
-        if not isinstance(s, dict) or set(s) - {"params", "cluster"}:
-            raise ConfigError(f"overrides_json[{stage!r}] must be an object with 'params' and/or 'cluster'", f"e.g. {example}")
-        if not isinstance(s.get("params", {}), dict) or not isinstance(s.get("cluster", {}), dict):
-            raise ConfigError(f"overrides_json[{stage!r}]: 'params' and 'cluster' must be JSON objects", f"e.g. {example}")
-        try:
-            registry.get(stage).Config.from_params(s.get("params", {}))
-        except ConfigError as e:
-            raise ConfigError(f"overrides_json[{stage!r}]: {e.message}", e.fix) from None
+                              f"stages: {', '.join(registry.names())} (and tokenizer: the shared tokenizer)")
+        _check_settings(f"overrides_json[{stage!r}]", s, config, example, branches=True)
+        for b, bs in s.get("branches", {}).items():
+            _check_settings(f"overrides_json[{stage!r}]['branches'][{b!r}]", bs, config, example, branches=False)
     return o
+
+
+def _config_of(stage: str):
+    from prepline import registry
+
+    if stage == "tokenizer":
+        from prepline.tokens.shared import SharedTokenizerConfig
+
+        return SharedTokenizerConfig
+    return registry.get(stage).Config if stage in registry.names() else None
+
+
+def _check_settings(where: str, s, config, example: str, branches: bool) -> None:
+    from prepline.errors import ConfigError
+
+    keys = ["params", "cluster"] + (["branches"] if branches else [])
+    if not isinstance(s, dict) or set(s) - set(keys):
+        raise ConfigError(f"{where} must be an object with {', '.join(repr(k) for k in keys)}", f"e.g. {example}")
+    if any(not isinstance(s.get(k, {}), dict) for k in keys):
+        raise ConfigError(f"{where}: {', '.join(repr(k) for k in keys)} must be JSON objects", f"e.g. {example}")
+    try:
+        config.check_params(s.get("params", {}))  # the merged whole is checked by the plan / prepare
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e.message}", e.fix) from None

@@ -11,16 +11,17 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shlex
 import sys
 import time
 from dataclasses import replace
 
-from prepline import registry
-from prepline.stage_params import check_overrides
+from prepline import logs, progress
+from prepline.stage_params import check_overrides, deep_merge
 from prepline.clusters import ClusterSpec, NodeGroup, cluster_name, get_provider
 from prepline.clusters.base import LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE
-from prepline.data_access import open_location
+from prepline.clusters.http import Unavailable
 from prepline.errors import ConfigError, PreplineError, RunFailed
 
 log = logging.getLogger("prepline")
@@ -51,20 +52,22 @@ def stage_output(work_root: str, run_id: str, stage: str, branch: str = "") -> s
     return "/".join(parts)
 
 
-def stage_overrides(overrides_json: str, stage: str) -> tuple[dict, dict]:
-    """(params, cluster) overrides of one stage from ``{"<stage>": {"params": {...}, "cluster": {...}}}``."""
+def stage_overrides(overrides_json: str, stage: str, branch: str = "") -> tuple[dict, dict]:
+    """(params, cluster) overrides of one stage, its branch's merged over its own, from
+    ``{"<stage>": {"params": {...}, "cluster": {...}, "branches": {"<branch>": {...}}}}``."""
     o = _json("overrides_json", overrides_json, {})
     s = o.get(stage, {})
-    if not isinstance(s, dict) or set(s) - {"params", "cluster"}:
-        raise ConfigError(f"overrides_json[{stage!r}] must be an object with 'params' and/or 'cluster'",
+    if not isinstance(s, dict) or set(s) - {"params", "cluster", "branches"}:
+        raise ConfigError(f"overrides_json[{stage!r}] must be an object with 'params', 'cluster' and/or 'branches'",
                           '{"filter": {"params": {"criteria": ["..."]}, "cluster": {"workers": {"replicas": 4}}}}')
-    return dict(s.get("params", {})), dict(s.get("cluster", {}))
+    b = s.get("branches", {}).get(branch, {}) if branch else {}
+    return deep_merge(s.get("params", {}), b.get("params", {})), deep_merge(s.get("cluster", {}), b.get("cluster", {}))
 
 
-def _merged_cluster(cluster_json: str, overrides_json: str, stage: str) -> str:
+def _merged_cluster(cluster_json: str, overrides_json: str, stage: str, branch: str = "") -> str:
     base = _json("cluster_json", cluster_json, {})
-    extra = stage_overrides(overrides_json, stage)[1]
-    return json.dumps({**base, **extra})
+    extra = stage_overrides(overrides_json, stage, branch)[1]
+    return json.dumps(deep_merge(base, extra))  # workers: {replicas: 4} keeps the workers' cpu and memory
 
 
 def prepare(
@@ -80,12 +83,18 @@ def prepare(
     cluster_json: str = "",
     overrides_json: str = "",
     run_id_override: str = "",
+    from_plan: bool = False,
 ) -> dict:
     """Validate everything a stage needs before any cluster starts; return its plan.
 
     Input: ``input_path`` for a first stage; else the output of ``input_stage`` in this run (in
     the same branch), or with ``input_from_split`` its ``lang=<branch>`` sub-folder (the stage
-    after lang_id's split).
+    after lang_id's split). With ``from_plan``, input, parameters and cluster come from the run's
+    plan.json instead (:mod:`prepline.pipelines.plan`), which may also say that the stage does
+    not run for this branch: then ``{"run": False, "reason": ...}``.
+
+    A parameter value ``run:<stage>`` becomes that stage's output folder in this run (e.g.
+    ``"tokenizer": "run:tokenizer"``: the run's shared tokenizer).
 
     ``run_id_override`` (when not empty) replaces ``run_id`` in the input and output paths only: a
     stage started as a child run of an SDK-chained super pipeline reads and writes under its
@@ -93,29 +102,67 @@ def prepare(
     """
     if not work_root:
         raise ConfigError("work_root is empty", "pass the folder or s3:// URI where stage outputs go")
-    check_overrides(overrides_json)  # every stage's, so that a bad one fails in the first step
-    params = {**_json("params_json", params_json, {}), **stage_overrides(overrides_json, stage)[0]}
-    cfg = registry.get(transform).Config.from_params(params)  # a bad parameter fails here
-    cluster_json = _merged_cluster(cluster_json, overrides_json, stage)
     data_run = run_id_override or run_id
-    if input_stage:
-        if input_from_split:
-            src = f"{stage_output(work_root, data_run, input_stage)}/lang={branch}"
-        else:
-            src = stage_output(work_root, data_run, input_stage, branch)
-    elif input_path:
-        src = input_path
+    if from_plan:
+        from prepline.pipelines.plan import entry, read_plan
+
+        e = entry(read_plan(work_root, data_run), stage, branch)
+        if not e["runs"]:
+            log.info("%s%s does not run: %s", stage, f" ({branch})" if branch else "", e.get("reason", ""))
+            return {"run": False, "reason": e.get("reason", ""), "stage": stage, "branch": branch}
+        params, cluster_json, src = e["params"], json.dumps(e["cluster"]), e["input"]
     else:
-        raise ConfigError(f"stage {stage}: no input", "pass input_path (first stage) or input_stage")
+        check_overrides(overrides_json)  # every stage's, so that a bad one fails in the first step
+        params = {**_json("params_json", params_json, {}), **stage_overrides(overrides_json, stage, branch)[0]}
+        cluster_json = _merged_cluster(cluster_json, overrides_json, stage, branch)
+        src = _input(work_root, data_run, stage, branch, input_path, input_stage, input_from_split)
+    params = run_refs(params, work_root, data_run)
+    from prepline import registry  # here, not at the top: start and stop (every stage's overhead) never import the transforms
+
+    cfg = registry.get(transform).Config.from_params(params)  # a bad parameter fails here
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     return {
+        "run": True,
         "transform": transform,
+        "stage": stage,
+        "branch": branch,
+        "run_id": run_id,
         "config_json": json.dumps(cfg.to_dict(), sort_keys=True, default=list),
         "input_path": src,
         "output_path": stage_output(work_root, data_run, stage, branch),
+        "cluster_json": cluster_json,
         "cluster_name": spec.name,
         "workers": workers_for(spec, _json("cluster_json", cluster_json, {}).get("cpus_per_worker", 1.0)),
     }
+
+
+def _input(work_root: str, data_run: str, stage: str, branch: str, input_path: str, input_stage: str, from_split: bool) -> str:
+    if input_stage:
+        if from_split:
+            return f"{stage_output(work_root, data_run, input_stage)}/lang={branch}"
+        return stage_output(work_root, data_run, input_stage, branch)
+    if input_path:
+        return input_path
+    raise ConfigError(f"stage {stage}: no input", "pass input_path (first stage) or input_stage")
+
+
+#: a parameter value naming a folder of this run: ``run:<stage>`` (e.g. run:tokenizer)
+RUN_REF = "run:"
+
+
+def run_refs(params: dict, work_root: str, run_id: str) -> dict:
+    """``run:<stage>`` string values replaced by that stage's output folder in the run."""
+    import re
+
+    out = {}
+    for k, v in params.items():
+        if isinstance(v, str) and v.startswith(RUN_REF):
+            name = v[len(RUN_REF):]
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+                raise ConfigError(f"parameter {k}={v!r}: {name!r} is not a stage of the run", f"e.g. {k}=run:tokenizer")
+            v = stage_output(work_root, run_id, name)
+        out[k] = v
+    return out
 
 
 def cluster_spec(cluster_json: str, name: str, run_id: str = "", stage: str = "", branch: str = "") -> ClusterSpec:
@@ -168,7 +215,8 @@ def with_defaults(spec: ClusterSpec, cluster_json: str, image: str = "", s3_secr
 
 def start(provider: str, provider_json: str, cluster_json: str, run_id: str, stage: str, branch: str = "", timeout: float = 900,
           overrides_json: str = "", image: str = "", s3_secret_name: str = "") -> str:
-    cluster_json = _merged_cluster(cluster_json, overrides_json, stage)
+    logs.ensure()
+    cluster_json = _merged_cluster(cluster_json, overrides_json, stage, branch)
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     spec = with_defaults(spec, cluster_json, image, s3_secret_name)
     p = _provider(provider, provider_json)
@@ -188,11 +236,16 @@ def start(provider: str, provider_json: str, cluster_json: str, run_id: str, sta
 
 
 def entrypoint(transform: str, config_json: str, input_path: str, output_path: str, workers: int, max_failed_files: int) -> str:
+    """The Ray job's command. It logs progress lines (no terminal there) every PREPLINE_PROGRESS_INTERVAL
+    seconds (default 10), in the step's PREPLINE_LOG_FORMAT: both are passed on when the step has them."""
+    fmt = os.environ.get(logs.ENV_FORMAT, "")
+    every = os.environ.get(progress.ENV_INTERVAL, "")
     return " ".join(
         shlex.quote(a)
-        for a in ["python", "-m", "prepline.cli", "run", transform, "--input", input_path, "--output", output_path,
-                  "--runtime", "ray", "--workers", str(workers), "--max-failed-files", str(max_failed_files),
-                  "--params", config_json, "--no-progress"]
+        for a in ["python", "-m", "prepline.cli", *(["--log-format", logs.log_format(fmt)] if fmt else []), "run", transform,
+                  "--input", input_path, "--output", output_path, "--runtime", "ray", "--workers", str(workers),
+                  "--max-failed-files", str(max_failed_files), "--params", config_json,
+                  *(["--progress-interval", str(progress.interval(float(every) if every else None))] if every else [])]
     )
 
 
@@ -214,14 +267,17 @@ def execute(
     out=sys.stdout,
     overrides_json: str = "",
 ) -> dict:
-    """Run the transform as a Ray job, stream its logs, and check what it wrote."""
-    cluster_json = _merged_cluster(cluster_json, overrides_json, stage)
+    """Run the transform as a Ray job, stream its logs, and check what it wrote. The metadata returned
+    also has ``job``: its id and the seconds from submission to its end (as this step saw them)."""
+    logs.ensure()
+    cluster_json = _merged_cluster(cluster_json, overrides_json, stage, branch)
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     p = _provider(provider, provider_json)
     cmd = entrypoint(transform, config_json, input_path, output_path, workers, max_failed_files)
-    jobs = p.job_client(spec.name, spec.namespace)
-    job_id = jobs.submit(cmd)
-    print(f"[prepline] {stage}{'/' + branch if branch else ''}: job {job_id} on {spec.name}: {cmd}", file=out, flush=True)
+    t0 = time.monotonic()
+    jobs, job_id = _submit(p, spec, cmd)
+    where = f"{stage}{'/' + branch if branch else ''}"
+    log.info("%s: job %s on %s: %s", where, job_id, spec.name, cmd)
 
     def too_long() -> RunFailed:
         return RunFailed(f"{stage}: job {job_id} ran longer than {timeout:.0f}s and was stopped", "raise the timeout or give the cluster more workers")
@@ -229,11 +285,50 @@ def execute(
     info = jobs.follow(job_id, out, timeout, poll, on_timeout=too_long)
     if info.status != "SUCCEEDED":
         raise RunFailed(f"{stage}: Ray job {job_id} {info.status}: {info.message or 'see the log above'}", "see the job log above")
-    return check_output(output_path, max_failed_files, stage)
+    meta = check_output(output_path, max_failed_files, stage)
+    meta["job"] = {"id": job_id, "seconds": round(time.monotonic() - t0, 3)}
+    log.info("%s: %s", where, one_line(meta))
+    return meta
+
+
+def one_line(meta: dict) -> str:
+    """A stage's result in one log line: documents, removals, headline numbers, time."""
+    from prepline.tables import headline_text, reason_label, time_text
+
+    t = meta["totals"]
+    parts = [f"{t['docs_in']:,} docs in, {t['docs_out']:,} out"]
+    parts += [f"removed {reason_label(meta, k)}: {v:,}" for k, v in t["removed"].items()]
+    if headline_text(meta):
+        parts.append(headline_text(meta))
+    return "; ".join(parts + [time_text(t)])
+
+
+#: times a stage's head that stopped answering before its job started is brought back (recover)
+HEAD_RECOVERIES = 2
+
+
+def _submit(p, spec: ClusterSpec, cmd: str, timeout: float = 900):
+    """Submit the stage's job. A head that no longer answers at submission (it died, e.g. its
+    dashboard crashed on a loaded machine) is brought back by the provider and the job submitted
+    again: nothing of it ran yet, so that is safe. A head lost while the job runs fails the step
+    (the rerun resumes)."""
+    recoveries = 0
+    while True:
+        jobs = p.job_client(spec.name, spec.namespace)
+        try:
+            return jobs, jobs.submit(cmd)
+        except Unavailable as e:
+            recoveries += 1
+            if recoveries > HEAD_RECOVERIES:
+                raise
+            log.warning("cluster %s: the Ray head did not answer (%s); bringing it back", spec.name, e.message.splitlines()[0][:200])
+            p.recover(spec.name, spec.namespace, timeout)
 
 
 def check_output(output_path: str, max_failed_files: int, stage: str = "") -> dict:
     """Never trust a job's word: read its metadata.json and fail on failed files or broken counts."""
+    from prepline.data_access import open_location
+
     loc = open_location(output_path)
     txt = loc.read_text("metadata.json")
     if not txt:
@@ -249,24 +344,83 @@ def check_output(output_path: str, max_failed_files: int, stage: str = "") -> di
     return meta
 
 
-def stop(provider: str, provider_json: str, cluster_json: str, run_id: str, stage: str, branch: str = "", overrides_json: str = "") -> bool:
-    """The exit task: delete the stage's cluster; fail loudly if that fails."""
-    cluster_json = _merged_cluster(cluster_json, overrides_json, stage)
+def stop(provider: str, provider_json: str, cluster_json: str, run_id: str, stage: str, branch: str = "", overrides_json: str = "",
+         work_root: str = "", from_plan: bool = False, run_id_override: str = "") -> bool:
+    """The exit task: delete the stage's cluster; fail loudly if that fails. Its settings (namespace)
+    come from the run's plan with ``from_plan`` (from cluster_json when the plan cannot be read:
+    the cluster must go whatever happened before)."""
+    logs.ensure()
+    cluster_json = _stop_cluster_json(cluster_json, overrides_json, stage, branch, work_root, from_plan, run_id_override or run_id)
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     existed = _provider(provider, provider_json).delete(spec.name, spec.namespace)
     log.info("cluster %s %s", spec.name, "deleted" if existed else "was already gone")
     return existed
 
 
+def _stop_cluster_json(cluster_json: str, overrides_json: str, stage: str, branch: str, work_root: str, from_plan: bool,
+                       data_run: str) -> str:
+    if not from_plan:
+        return _merged_cluster(cluster_json, overrides_json, stage, branch)
+    from prepline.pipelines.plan import entry, read_plan
+
+    try:
+        return json.dumps(entry(read_plan(work_root, data_run), stage, branch).get("cluster", {}))
+    except (PreplineError, ValueError, KeyError) as e:
+        log.warning("%s: the run's plan cannot be read (%s); stopping the cluster with cluster_json's settings", stage, e)
+        return cluster_json
+
+
+def _md(text: str) -> str:
+    """Text in a Markdown table cell (a filter's SQL may hold | or backticks)."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
+
+
 def summary_markdown(meta: dict, stage: str) -> str:
+    """The step's Markdown: documents, removals by reason (as people read them), the transform's
+    headline numbers, and time: the work apart from the start-up (and from the job as the step saw it)."""
+    from prepline.tables import headline_items, reason_label
+
     t = meta["totals"]
     lines = [f"## {stage}: {meta['status']}", "", "| measure | value |", "|---|---:|",
              f"| docs in | {t['docs_in']:,} |", f"| docs out | {t['docs_out']:,} |"]
-    lines += [f"| removed: {k} | {v:,} |" for k, v in t["removed"].items()]
+    lines += [f"| removed: {_md(reason_label(meta, k))} | {v:,} |" for k, v in t["removed"].items()]
     lines += [f"| out: {k} | {v:,} |" for k, v in (t.get("parts") or {}).items()]
-    lines += [f"| MB in / out | {t['bytes_in'] / 1e6:,.1f} / {t['bytes_out'] / 1e6:,.1f} |", f"| seconds | {t['seconds']:,.1f} |",
-              f"| files failed | {t.get('files_failed', 0)} |"]
+    lines += [f"| {_md(h['label'])} | {h['value']:,} |" for h in headline_items(meta)]
+    lines += [f"| MB in / out | {t['bytes_in'] / 1e6:,.1f} / {t['bytes_out'] / 1e6:,.1f} |"]
+    if "work_seconds" in t:
+        lines += [f"| work seconds | {t['work_seconds']:,.1f} |", f"| start-up seconds (Ray, workers) | {t['startup_seconds']:,.1f} |"]
+    lines += [f"| seconds in all | {t['seconds']:,.1f} |"]
+    if meta.get("job"):
+        lines.append(f"| Ray job seconds (submit to end) | {meta['job']['seconds']:,.1f} |")
+    if t.get("docs_per_second"):
+        lines.append(f"| docs/s (of the work) | {t['docs_per_second']:,.0f} |")
+    lines.append(f"| files failed | {t.get('files_failed', 0)} |")
+    if t.get("removed_sampled"):
+        lines.append(f"| removed documents sampled (in _removed/) | {sum(t['removed_sampled'].values()):,} |")
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["prepare", "start", "execute", "stop", "check_output", "stage_output", "summary_markdown", "PreplineError"]
+def metrics_of(meta: dict) -> dict[str, float]:
+    """The step's KFP Metrics: documents, removals by reason, the headline numbers, time and rate."""
+    from prepline.tables import headline_items, reason_label
+
+    t = meta["totals"]
+    m: dict[str, float] = {k: t.get(k, 0) for k in ("docs_in", "docs_out", "files_failed")}
+    m.update({f"removed: {reason_label(meta, k)}": v for k, v in t["removed"].items()})
+    m.update({h["label"]: h["value"] for h in headline_items(meta)})
+    m["seconds"] = t["seconds"]
+    for k in ("work_seconds", "startup_seconds", "docs_per_second"):
+        if t.get(k) is not None:
+            m[k] = t[k]
+    if meta.get("job"):
+        m["job_seconds"] = meta["job"]["seconds"]
+    return {k: float(v) for k, v in m.items()}
+
+
+
+
+def skipped_markdown(prepared: dict) -> str:
+    return f"## {prepared['stage']}{' (' + prepared['branch'] + ')' if prepared.get('branch') else ''}: not run\n\n{prepared.get('reason', '')}\n"
+
+
+__all__ = ["prepare", "start", "execute", "stop", "check_output", "stage_output", "summary_markdown", "metrics_of", "PreplineError"]

@@ -73,15 +73,22 @@ class Output:
     ``parts`` maps a sub-folder ('' for none, e.g. 'lang=en') to the table written there.
     ``removed`` counts documents dropped, by reason: docs_in == docs_out + sum(removed).
     ``counters`` are extra per-file numbers summed into metadata.json (e.g. detected entities).
+    ``removed_rows`` says which rows were removed, by reason: boolean masks (numpy or Arrow) over
+    ``removed_from`` (default: the table handed to ``transform``). A transform that removes rows sets
+    them (it has the masks anyway); the worker writes a bounded sample of those rows when the config
+    asks for one (``removed_sample``), and ignores them otherwise.
     """
 
     parts: dict[str, pa.Table]
     removed: dict[str, int] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
+    removed_rows: dict[str, Any] = field(default_factory=dict)
+    removed_from: pa.Table | None = None
 
     @classmethod
-    def of(cls, table: pa.Table, removed: dict[str, int] | None = None, counters: dict[str, int] | None = None) -> "Output":
-        return cls({"": table}, dict(removed or {}), dict(counters or {}))
+    def of(cls, table: pa.Table, removed: dict[str, int] | None = None, counters: dict[str, int] | None = None,
+           removed_rows: dict[str, Any] | None = None, removed_from: pa.Table | None = None) -> "Output":
+        return cls({"": table}, dict(removed or {}), dict(counters or {}), dict(removed_rows or {}), removed_from)
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,9 @@ class Phase:
     name: str
     over: Literal["files", "shards", "once"]
     method: str
+    #: cheap tasks (e.g. reading Parquet footers): the driver runs them itself, in its own process,
+    #: on any runtime; starting workers for them would cost more than the work
+    on_driver: bool = False
 
 
 @dataclass
@@ -124,11 +134,22 @@ class Transform:
     input_suffixes: ClassVar[tuple[str, ...]] = (".parquet",)
     #: True when ``transform`` needs a whole file at once (default: bounded batches of rows)
     whole_file: ClassVar[bool] = False
+    #: the numbers that say what this transform did, shown in the KFP UI (the step's Markdown and
+    #: Metrics) and the run report: keys of metadata.json's ``totals.counters`` (``fnmatch`` patterns,
+    #: e.g. ``"pii_*"``), or ``removed.<reason>``, ``plan.<key>`` (:meth:`plan_summary`), ``finish.<key>``
+    headline: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: TransformConfig):
         if not isinstance(config, self.Config):
             raise TypeError(f"{self.name} needs a {self.Config.__name__}, got {type(config).__name__}")
         self.config = config
+
+    @classmethod
+    def branch_params(cls, branch: str) -> dict:
+        """Parameters this transform should get in a pipeline's branch for language ``branch``
+        (e.g. the PII language), under the pipeline spec's and the user's (docs/pipelines.md).
+        ``branch`` may be ``other`` (every language without a branch of its own)."""
+        return {}
 
     # -- contract --------------------------------------------------------------------------
     def input_columns(self) -> list[Column]:
@@ -203,6 +224,10 @@ class Transform:
 
     def transform(self, table: pa.Table, task: FileTask) -> Output:
         raise NotImplementedError
+
+    def label(self, key: str) -> str:
+        """What a removal reason or a counter is called where people read it (e.g. a filter's SQL)."""
+        return key
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config!r})"

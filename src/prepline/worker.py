@@ -14,30 +14,38 @@ import traceback
 from collections import Counter
 from typing import Any
 
+import pyarrow as pa
+
 from prepline import metadata, registry
+from prepline.config import REMOVED_DIR
 from prepline.context import FINAL, PhaseContext, WorkerSpec, short_error
 from prepline.errors import InputError, OutputError, PreplineError, ServiceError, os_error
 from prepline.location import ParquetSink
-from prepline.transform import FileTask, Transform
+from prepline.progress import Report, Sender
+from prepline.transform import FileTask, Output, Transform
 
 
 class Worker:
     """Runs tasks of one phase. Errors become results, never crashes."""
 
-    def __init__(self, spec: WorkerSpec):
+    def __init__(self, spec: WorkerSpec, report: Report | None = None):
         self.spec = spec
         self.transform = registry.build(spec.transform, spec.params)
         self.ctx = PhaseContext(spec, self.transform.num_shards())
         self._ready = False
+        self.report = Sender(report)  # a running task's documents and bytes, to the driver's progress
 
     def run(self, task: Any) -> dict:
         t0 = time.perf_counter()
         try:
             if self.spec.phase == FINAL:
+                setup = 0.0
                 if not self._ready:
-                    self.transform.setup(self.ctx)
-                    self._ready = True
-                result = process_file(self.transform, self.ctx, task)
+                    self.transform.setup(self.ctx)  # models load here, once per worker: start-up, not work
+                    self._ready, setup = True, time.perf_counter() - t0
+                result = process_file(self.transform, self.ctx, task, self.report)
+                if setup:
+                    result["setup_seconds"] = round(setup, 4)
             else:
                 phase = {p.name: p for p in self.transform.phases()}[self.spec.phase]
                 method = getattr(self.transform, phase.method)
@@ -86,14 +94,17 @@ def _rows(ctx: PhaseContext, task: FileTask) -> int | None:
         return None
 
 
-def process_file(transform: Transform, ctx: PhaseContext, task: FileTask) -> dict:
+def process_file(transform: Transform, ctx: PhaseContext, task: FileTask, report: Sender | None = None) -> dict:
     """The final map of one file, batch by batch: read (checked), transform, and append each part
-    to its own Parquet writer; every output appears at once when the file is done (none on error)."""
+    to its own Parquet writer; every output appears at once when the file is done (none on error).
+    After each batch, ``report`` hears the documents done and an estimate of the bytes (the file's
+    share by rows, when its footer told the read how many)."""
     writers: dict[str, ParquetSink] = {}
     removed: Counter = Counter()
     counters: Counter = Counter()
     docs_in = 0
     with contextlib.ExitStack() as outputs:
+        samples = RemovedSample(ctx, task, outputs, int(getattr(transform.config, "removed_sample", 0) or 0))
         for table in transform.read_batches(task, ctx):
             out = transform.transform(table, task.at_row(docs_in))
             docs_in += table.num_rows
@@ -101,8 +112,13 @@ def process_file(transform: Transform, ctx: PhaseContext, task: FileTask) -> dic
                 if sub not in writers:
                     writers[sub] = outputs.enter_context(ctx.output.parquet_writer(_out_rel(transform, sub, task), t.schema))
                 writers[sub].write(t)
+            samples.add(out, table)
             removed.update(out.removed)
             counters.update(out.counters)
+            if report is not None:
+                rows = ctx.file_rows.get(task.rel)
+                report(task.rel, docs_in, task.size * docs_in // rows if rows else 0)
+    ctx.file_rows.pop(task.rel, None)
     parts = {sub: w.rows for sub, w in sorted(writers.items())}
     stats = {
         "docs_in": docs_in,
@@ -114,8 +130,44 @@ def process_file(transform: Transform, ctx: PhaseContext, task: FileTask) -> dic
         "outputs": [_out_rel(transform, sub, task) for sub in parts],
         "parts": parts,
     }
+    if samples.rows:
+        stats["removed_sampled"] = dict(sorted(samples.rows.items()))
     metadata.check_file_counts(task.rel, stats)
     return stats
+
+
+class RemovedSample:
+    """Up to ``n`` removed rows per reason of one input file, written to ``_removed/<reason>/<file>``
+    next to the output (atomically, with the file's outputs). ``n`` = 0: nothing is touched."""
+
+    def __init__(self, ctx: PhaseContext, task: FileTask, outputs: contextlib.ExitStack, n: int):
+        self.ctx, self.task, self.outputs, self.n = ctx, task, outputs, n
+        self.rows: Counter = Counter()
+        self._writers: dict[str, ParquetSink] = {}
+
+    def add(self, out: Output, table: pa.Table) -> None:
+        if not self.n or not out.removed_rows:
+            return
+        src = out.removed_from if out.removed_from is not None else table
+        for reason, mask in sorted(out.removed_rows.items()):
+            room = self.n - self.rows[reason]
+            if room <= 0:
+                continue
+            picked = src.filter(pa.array(mask) if not isinstance(mask, (pa.Array, pa.ChunkedArray)) else mask).slice(0, room)
+            if not picked.num_rows:
+                continue
+            if reason not in self._writers:
+                rel = f"{REMOVED_DIR}/{safe_name(reason)}/{self.task.rel}"
+                self._writers[reason] = self.outputs.enter_context(self.ctx.output.parquet_writer(rel, picked.schema))
+            self._writers[reason].write(picked)
+            self.rows[reason] += picked.num_rows
+
+
+def safe_name(reason: str) -> str:
+    """A removal reason as one folder name."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", reason).strip("._") or "reason"
 
 
 def _out_rel(transform: Transform, sub: str, task: FileTask) -> str:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -117,19 +119,27 @@ def test_summary_markdown():
 @pytest.mark.slow
 @pytest.mark.integration
 def test_start_execute_stop_on_a_local_ray_head(tmp_path, corpus, monkeypatch):
-    """The whole stage against a real local Ray head: job logs stream, metadata is checked,
-    a failing job fails the step, and stop leaves nothing running."""
+    """The whole stage against a real local Ray head: a head that died before its job (as a
+    dashboard crashing on a loaded machine does) is started again and the job submitted to it,
+    job logs stream, metadata is checked, a failing job fails the step, and stop leaves nothing running."""
     monkeypatch.setenv("PREPLINE_LOCAL_CLUSTERS", str(tmp_path / "clusters"))
-    from prepline.clusters.local import LocalProvider, _members
+    from prepline.clusters.local import LocalProvider, _alive, _kill, _members
 
     args = dict(provider="local", provider_json='{"num_cpus": 1}', cluster_json="{}", run_id="r1", stage="doc_id", branch="")
     prep = stages.prepare("doc_id", "{}", str(tmp_path / "w"), "r1", "doc_id", input_path=str(corpus))
     name = stages.start(**args)
-    st = LocalProvider()._load(name)
+    dead = LocalProvider()._load(name)
+    _kill(_members(dead), signal.SIGKILL)
+    deadline = time.time() + 10
+    while _alive(dead) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(dead)
     try:
         out = io.StringIO()
         meta = stages.execute(**args, transform="doc_id", config_json=prep["config_json"], input_path=prep["input_path"],
                               output_path=prep["output_path"], workers=1, out=out, poll=0.3)
+        st = LocalProvider()._load(name)
+        assert st["ports"] != dead["ports"] and _alive(st)  # a new head, on fresh ports
         assert meta["totals"]["docs_out"] == 10
         assert "doc_id: success" in out.getvalue() or "docs in" in out.getvalue()  # the job's own summary, streamed
         bad = tmp_path / "bad"

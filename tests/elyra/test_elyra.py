@@ -16,11 +16,9 @@ import pytest
 import yaml
 
 from prepline import registry
-from prepline.elyra import (
-    CATALOG_SUBDIR, RUN_ID_PLACEHOLDER, STAGE_INPUTS, STAGE_OUTPUTS, _cli, _parse_list, component_id, generate, sync,
-    typed_params,
-)
-from prepline.images import LAUNCHER_IMAGE
+from prepline.elyra import CATALOG_SUBDIR, RUN_ID_PLACEHOLDER, STAGE_INPUTS, STAGE_OUTPUTS, _cli, _parse_list, component_id, typed_params
+from prepline.elyra_pipeline import generate, sync
+from prepline.images import LAUNCHER_IMAGE, TRAINER_IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "elyra_templates"
@@ -61,7 +59,9 @@ def test_check_reports_and_sync_fixes_a_stale_tree(tmp_path):
 
 
 def test_one_catalog_entry_per_transform_in_v1_format():
-    assert sorted(p.stem for p in CATALOG.glob("*.yaml")) == registry.names()
+    from prepline.elyra_pipeline import STEPS
+
+    assert sorted(p.stem for p in CATALOG.glob("*.yaml")) == sorted(registry.names() + list(STEPS))
     for t in registry.names():
         c = _component(t)
         assert set(c) == {"name", "description", "inputs", "outputs", "implementation"}  # v1, not compiled v2 IR
@@ -121,11 +121,12 @@ def test_list_and_bad_values_fail_with_the_parameter_named():
 
 
 def test_templates_reference_the_catalog_and_mirror_the_stages():
-    from prepline.pipelines.factory import DEFAULT_LANGUAGES, super_stages
+    from prepline.elyra_pipeline import STEPS, step_id
+    from prepline.pipelines import spec as specs
 
     docs = _pipeline_docs()
     assert set(docs) == {"doc_id", "super"}
-    ids = {component_id(t): t for t in registry.names()}
+    ids = {component_id(t): t for t in registry.names()} | {step_id(s): s for s in STEPS}
     defaults = {n: v for n, _, v, *_ in STAGE_INPUTS}
     assert defaults["input_path"] is None and defaults["work_root"] is None and defaults["provider"] == "kuberay"
     for name, d in docs.items():
@@ -137,16 +138,25 @@ def test_templates_reference_the_catalog_and_mirror_the_stages():
             params = n["app_data"]["component_parameters"]
             declared = {i["name"] for i in _component(ids[n["op"]])["inputs"]}
             assert declared <= set(params), declared - set(params)
-    glob, branch = super_stages()
-    stages_ = [ids[n["op"]] for n in docs["super"]["pipelines"][0]["nodes"]]
-    assert stages_ == glob + branch * len(DEFAULT_LANGUAGES)
+    shipped = specs.shipped()
+    nodes = [(ids[n["op"]], n["app_data"]["component_parameters"].get("branch", {}).get("value", ""))
+             for n in docs["super"]["pipelines"][0]["nodes"]]
+    cut = shipped.tokenizer_split()
+    branch = [s.name for s in shipped.branch_stages]
+    per_lang = [[(s, lg) for s in group if shipped.stage(s).runs_for(lg)] for group in (branch[:cut], branch[cut:])
+                for lg in shipped.branches.languages]
+    n = len(shipped.branches.languages)
+    assert nodes == [("plan", ""), *[(s, "") for s in shipped.order()[:len(shipped.stages) + 1]], *sum(per_lang[:n], []),
+                     ("train_tokenizer", ""), *sum(per_lang[n:], []), ("check_documents", ""), ("fine_tune", ""),
+                     ("run_report", "")]
+    assert ("hap", "ja") not in nodes and ("hap", "en") in nodes  # the spec's hap: English only
     assert [ids[n["op"]] for n in docs["doc_id"]["pipelines"][0]["nodes"]] == ["doc_id"]
 
 
 def test_generation_is_deterministic():
     """Another interpreter (another hash seed than this one's random seed, so another set and dict
     iteration order) generates the same files."""
-    code = "import json, sys; from prepline.elyra import generate; json.dump(generate(), sys.stdout, sort_keys=True)"
+    code = "import json, sys; from prepline.elyra_pipeline import generate; json.dump(generate(), sys.stdout, sort_keys=True)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
                        env={**os.environ, "PYTHONHASHSEED": "12345"})
     assert json.loads(r.stdout) == generate()
@@ -287,53 +297,64 @@ def _elyra(env, home, *args) -> tuple[subprocess.CompletedProcess, float]:
     return r, time.time() - t0
 
 
-def _chains(tasks: dict, stage_of, branch_of) -> tuple[list[str], dict[str, list[str]], dict[str, str]]:
-    """(global chain, chain per branch, first-branch-task → its parent stage) from a DAG's tasks."""
-    children: dict[str | None, list[str]] = {}
-    for name, t in tasks.items():
-        deps = t.get("dependentTasks", [])
-        assert len(deps) <= 1, f"{name} depends on {deps}: expected chains"
-        children.setdefault(deps[0] if deps else None, []).append(name)
+def _graph(tasks: dict, container, const) -> dict[tuple[str, str], set[tuple[str, str]]]:
+    """Each exported task as (stage or step, branch) -> the (stage or step, branch) it runs after."""
+    def key(k):
+        args = container(k)["args"]
+        if args[0] == "run":  # a stage node: "run <transform> ..."
+            return args[1], const(k, "branch")
+        return args[0], ""  # a step: "<step> ..."
 
-    def walk(start: str) -> list[str]:
-        out = [start]
-        while True:
-            nxt = [c for c in children.get(out[-1], []) if branch_of(c) == branch_of(start)]
-            if not nxt:
-                return out
-            assert len(nxt) == 1
-            out.append(nxt[0])
-
-    (root,) = children[None]
-    glob = walk(root)
-    branches, parents = {}, {}
-    for g in glob:
-        for c in children.get(g, []):
-            if branch_of(c) != branch_of(g):
-                branches[branch_of(c)] = [stage_of(x) for x in walk(c)]
-                parents[branch_of(c)] = stage_of(g)
-    return [stage_of(x) for x in glob], branches, parents
+    keys = {k: key(k) for k in tasks}
+    return {keys[k]: {keys[d] for d in t.get("dependentTasks", [])} for k, t in tasks.items()}
 
 
-def _ours(name: str) -> tuple[list[str], dict[str, list[str]], dict]:
-    """The stage structure of the compiled pipeline: root chain and, for super, the ParallelFor body."""
-    spec = next(d for d in yaml.safe_load_all((COMPILED / f"{name}.yaml").read_text()) if d)
+def _expected(template: str) -> dict[tuple[str, str], set[tuple[str, str]]]:
+    """The graph the compiled pipeline of the same name has: its stage order, ParallelFor bodies and
+    steps, with the spec's languages as branches (a stage runs for the languages it runs for)."""
+    from prepline.pipelines import spec as specs
+
+    if template != "super":
+        return {(template, ""): set()}
+    spec = specs.shipped()
+    compiled = next(d for d in yaml.safe_load_all((COMPILED / "super.yaml").read_text()) if d)
+    tasks = compiled["root"]["dag"]["tasks"]
     by_dash = {t.replace("_", "-"): t for t in registry.names()}
-    if name != "super":
-        return [spec["pipelineInfo"]["name"].replace("-", "_")], {}, spec
-    tasks = spec["root"]["dag"]["tasks"]
-    loop = [k for k, t in tasks.items() if "parameterIterator" in t]
-    glob_tasks = {k: t for k, t in tasks.items() if k not in loop}
-    glob, _, _ = _chains(glob_tasks, lambda k: by_dash[k], lambda k: "")
-    branches = {}
-    if loop:
-        (lk,) = loop
-        assert tasks[lk]["dependentTasks"] == [glob[-1].replace("_", "-")]
-        body = spec["components"][tasks[lk]["componentRef"]["name"]]["dag"]["tasks"]
-        chain, _, _ = _chains(body, lambda k: by_dash[k], lambda k: "")
-        langs = spec["root"]["inputDefinitions"]["parameters"]["languages"]["defaultValue"]
-        branches = {lang: chain for lang in langs}
-    return glob, branches, spec
+    out, last = {}, {("plan", "")}
+    chain = ["plan-run"]
+    while True:
+        nxt = [k for k, t in tasks.items() if t.get("dependentTasks") == [chain[-1]]]
+        if not nxt:
+            break
+        chain.append(nxt[0])
+    for k in chain[1:]:
+        if "parameterIterator" in tasks[k]:
+            body = compiled["components"][tasks[k]["componentRef"]["name"]]["dag"]["tasks"]
+            names = [by_dash[n] for n in _order_names(body)]
+            ends = set()
+            for lang in spec.branches.languages:
+                prev = last
+                for n in names:
+                    if spec.stage(n).runs_for(lang):
+                        out[(n, lang)] = prev
+                        prev = {(n, lang)}
+                ends |= prev
+            last = ends
+        else:
+            name = by_dash.get(k, k.replace("-run", "").replace("-", "_"))
+            out[(name, "")] = last
+            last = {(name, "")}
+    out[("plan", "")] = set()
+    return out
+
+
+def _order_names(tasks: dict) -> list[str]:
+    done, out = set(), []
+    while len(out) < len(tasks):
+        ready = sorted(n for n, t in tasks.items() if n not in done and set(t.get("dependentTasks", [])) <= done)
+        done.add(ready[0])
+        out.append(ready[0])
+    return out
 
 
 @pytest.mark.slow
@@ -345,7 +366,52 @@ def test_elyra_validates_and_exports_with_our_stage_structure(template, elyra_en
     # input_path and work_root have no default (no /tmp): Elyra refuses the template until they are filled in
     r, _ = _elyra(env, home, "validate", "--runtime-config", RUNTIME, str(shipped))
     assert r.returncode != 0 and "input_path" in r.stdout and "work_root" in r.stdout and "required" in r.stdout, r.stdout[-3000:]
-    doc = json.loads(shipped.read_text())
+    spec, tasks, container, const, out = _export(env, home, tmp_path, template, shipped)
+    assert _graph(tasks, container, const) == _expected(template)
+
+    # the same run-id placeholder as the compiled pipelines, the launcher image (trainer image: fine_tune), no caching
+    compiled_doc_id = (COMPILED / "doc_id.yaml").read_text()
+    assert f"constant: '{RUN_ID_PLACEHOLDER}'" in compiled_doc_id
+    ours = next(d for d in yaml.safe_load_all((COMPILED / f"{template}.yaml").read_text()) if d)
+    for k, t in tasks.items():
+        assert container(k)["image"] == (TRAINER_IMAGE if container(k)["args"][0] == "fine_tune" else LAUNCHER_IMAGE)
+        assert const(k, "run_id") == RUN_ID_PLACEHOLDER
+        assert not t.get("cachingOptions", {}).get("enableCache"), k
+        assert tasks[k]["inputs"]["parameters"]["work_root"] == {"componentInputParameter": "work_root"}
+        if container(k)["args"][0] == "run":
+            for p in ("input_path", "provider", "provider_json", "cluster_json"):
+                assert tasks[k]["inputs"]["parameters"][p] == {"componentInputParameter": p}
+            # a super node takes its input, parameters and cluster from the run's plan (its branch: a constant)
+            assert json.loads(const(k, "from_plan")) == (template == "super")
+    # pipeline parameters: the compiled pipeline's names and defaults (the required ones: what was filled in)
+    ours_params = ours["root"]["inputDefinitions"]["parameters"]
+    filled = {"input_path": "s3://bucket/in", "work_root": "s3://bucket/work"}
+    for p, d in spec["root"]["inputDefinitions"]["parameters"].items():
+        if p == "s3_credentials":
+            continue  # Elyra only: where the step reads its credentials file
+        if p == "provider_json":  # Elyra writes defaults into Python source unescaped: '{}' (the provider's default server)
+            assert d["defaultValue"] == "{}" and json.loads(ours_params[p]["defaultValue"])["server"]
+            continue
+        want = ours_params[p].get("defaultValue", filled.get(p))
+        if isinstance(want, list):  # a list parameter is JSON in a String in Elyra (its List inputs do not survive export)
+            assert json.loads(d["defaultValue"]) == want, p
+            continue
+        assert d["defaultValue"] == want, p
+    # every custom node mounts the credentials claim (Elyra 4.1.1 applies Data Volumes to custom nodes, not secrets)
+    platform = next(d for d in yaml.safe_load_all(out.read_text()) if d and "platforms" in d)
+    k8s_execs = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for k in tasks:
+        label = spec["components"][tasks[k]["componentRef"]["name"]]["executorLabel"]
+        mounts = k8s_execs[label]["pvcMount"]
+        assert [(m["mountPath"], m.get("constant") or m.get("pvcNameParameter", {}).get("runtimeValue", {}).get("constant")) for m in mounts] \
+            == [("/etc/prepline/s3", "prepline-s3-credentials")], mounts
+        assert tasks[k]["inputs"]["parameters"]["s3_credentials"] == {"componentInputParameter": "s3_credentials"}
+
+
+def _export(env, home, tmp_path, template: str, source: Path):
+    """Fill in the required pipeline parameters, validate and export with the real Elyra CLI;
+    returns (KFP spec, root tasks, container-of-task, constant-of-task, the exported file)."""
+    doc = json.loads(source.read_text())
     filled = {"input_path": "s3://bucket/in", "work_root": "s3://bucket/work"}
     for pp in doc["pipelines"][0]["app_data"]["properties"]["pipeline_parameters"]:
         if pp["name"] in filled:
@@ -358,7 +424,6 @@ def test_elyra_validates_and_exports_with_our_stage_structure(template, elyra_en
     r, t_export = _elyra(env, home, "export", "--runtime-config", RUNTIME, "--output", str(out), str(path))
     assert r.returncode == 0 and out.exists(), r.stdout[-4000:] + r.stderr[-4000:]
     print(f"{template}: validate {t_validate:.1f}s, export {t_export:.1f}s")
-
     spec = next(d for d in yaml.safe_load_all(out.read_text()) if d)
     tasks = spec["root"]["dag"]["tasks"]
     execs = spec["deploymentSpec"]["executors"]
@@ -369,71 +434,25 @@ def test_elyra_validates_and_exports_with_our_stage_structure(template, elyra_en
     def const(k, p):
         return tasks[k]["inputs"]["parameters"][p]["runtimeValue"]["constant"]
 
-    stage_of = lambda k: container(k)["args"][1]  # noqa: E731 - "run <transform> ..."
-    glob, branches, parents = _chains(tasks, stage_of, lambda k: const(k, "branch"))
-    want_glob, want_branches, ours = _ours(template)
-    assert glob == want_glob
-    assert branches == want_branches
-    assert set(parents.values()) <= {want_glob[-1]}
-
-    # the same run-id placeholder as the compiled pipelines, the launcher image, no caching
-    compiled_doc_id = (COMPILED / "doc_id.yaml").read_text()
-    assert f"constant: '{RUN_ID_PLACEHOLDER}'" in compiled_doc_id
-    for k, t in tasks.items():
-        assert container(k)["image"] == LAUNCHER_IMAGE
-        assert const(k, "run_id") == RUN_ID_PLACEHOLDER
-        assert not t.get("cachingOptions", {}).get("enableCache"), k
-        for p in ("input_path", "work_root", "provider", "provider_json", "cluster_json"):
-            assert tasks[k]["inputs"]["parameters"][p] == {"componentInputParameter": p}
-    # each stage reads its predecessor (the first of a branch: lang_id's split) in the same run
-    for chain_tasks in _task_chains(tasks, lambda k: const(k, "branch")):
-        for i, k in enumerate(chain_tasks):
-            prev = stage_of(chain_tasks[i - 1]) if i else (parents.get(const(k, "branch"), "") if const(k, "branch") else "")
-            assert const(k, "input_stage") == prev, k
-            assert json.loads(const(k, "input_from_split")) == (bool(const(k, "branch")) and i == 0), k
-    # pipeline parameters: the compiled pipeline's names and defaults (the required ones: what was filled in)
-    ours_params = ours["root"]["inputDefinitions"]["parameters"]
-    for p, d in spec["root"]["inputDefinitions"]["parameters"].items():
-        if p == "s3_credentials":
-            continue  # Elyra only: where the step reads its credentials file
-        if p == "provider_json":  # Elyra writes defaults into Python source unescaped: '{}' (the provider's default server)
-            assert d["defaultValue"] == "{}" and json.loads(ours_params[p]["defaultValue"])["server"]
-            continue
-        assert d["defaultValue"] == ours_params[p].get("defaultValue", filled.get(p)), p
-    # every custom node mounts the credentials claim (Elyra 4.1.1 applies Data Volumes to custom nodes, not secrets)
-    platform = next(d for d in yaml.safe_load_all(out.read_text()) if d and "platforms" in d)
-    k8s_execs = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
-    for k in tasks:
-        label = spec["components"][tasks[k]["componentRef"]["name"]]["executorLabel"]
-        mounts = k8s_execs[label]["pvcMount"]
-        assert [(m["mountPath"], m.get("constant") or m.get("pvcNameParameter", {}).get("runtimeValue", {}).get("constant")) for m in mounts] \
-            == [("/etc/prepline/s3", "prepline-s3-credentials")], mounts
-        for p in ("s3_secret_name", "ray_image", "s3_credentials"):  # the Ray pods' secret and image: pipeline parameters
-            assert tasks[k]["inputs"]["parameters"][p] == {"componentInputParameter": p}
-    if template == "super":
-        # the per-stage parameters the compiled super pipeline sets by default (overrides_json)
-        overrides = json.loads(ours_params["overrides_json"]["defaultValue"])
-        for k in tasks:
-            s = stage_of(k)
-            for name, v in overrides.get(s, {}).get("params", {}).items():
-                raw = const(k, name)
-                assert typed_params(s, {name: raw if isinstance(raw, str) else str(raw)})[name] == v, (k, name)
+    return spec, tasks, container, const, out
 
 
-def _task_chains(tasks: dict, branch_of) -> list[list[str]]:
-    """Task keys as chains: the global one (branch '') and one per branch, each from its head."""
-    by_parent: dict[str | None, list[str]] = {}
-    for k, t in tasks.items():
-        by_parent.setdefault((t.get("dependentTasks") or [None])[0], []).append(k)
-    chains = []
-    heads = [k for k, t in tasks.items()
-             if not t.get("dependentTasks") or branch_of(t["dependentTasks"][0]) != branch_of(k)]
-    for h in heads:
-        chain = [h]
-        while True:
-            nxt = [c for c in by_parent.get(chain[-1], []) if branch_of(c) == branch_of(h)]
-            if not nxt:
-                break
-            chain.append(nxt[0])
-        chains.append(chain)
-    return chains
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_users_spec_compiles_to_a_template_elyra_validates(elyra_env, tmp_path):
+    """A spec with stages removed and one reordered (tests/pipelines/mine.yaml: test_local_run.py runs
+    it end to end, test_spec.py compiles it with `prepline pipeline compile --elyra`): its template
+    validates and exports with the real Elyra CLI, in the spec's order."""
+    from prepline.elyra_pipeline import spec_template
+    from prepline.pipelines import spec as specs
+
+    env, home = elyra_env
+    mine = specs.load(ROOT / "tests" / "pipelines" / "mine.yaml")
+    assert mine.order() == ["ingest", "lang_id", "filter", "doc_quality"]
+    (tmp_path / "mine.pipeline").write_text(json.dumps(spec_template(mine)))
+    spec, tasks, container, const, _ = _export(env, home, tmp_path, "mine", tmp_path / "mine.pipeline")
+    graph = _graph(tasks, container, const)
+    assert graph[("doc_quality", "en")] == {("filter", "en")} and graph[("filter", "en")] == {("lang_id", "")}
+    assert graph[("lang_id", "")] == {("ingest", "")} and graph[("ingest", "")] == {("plan", "")}
+    assert graph[("check_documents", "")] == {("doc_quality", "en")} and graph[("run_report", "")] == {("check_documents", "")}
+    assert len(graph) == 7  # no other stage, no fine_tune

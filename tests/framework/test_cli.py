@@ -46,7 +46,7 @@ def test_run_prints_a_summary_and_params_json(tmp_path, corpus):
         capture_output=True, text=True, timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    assert "docs in" in out.stdout and "10" in out.stdout and "docs/s" in out.stdout
+    assert "10 in → 10 out" in out.stdout and "docs/s" in out.stdout and "first_id 10" in out.stdout
     meta = json.loads((tmp_path / "o" / "metadata.json").read_text())
     assert meta["parameters"]["start_id"] == 10 and meta["parameters"]["id_column"] == "my_id"
     assert meta["plan"] == {"first_id": 10, "last_id": 19}
@@ -54,13 +54,13 @@ def test_run_prints_a_summary_and_params_json(tmp_path, corpus):
 
 def test_run_summary_lists_stages_in_pipeline_order_with_reasons_and_failures(tmp_path, capsys):
     """The table a local pipeline run ends with, from the stages' metadata.json (no run needed)."""
-    from prepline.cli import _newest_run_dir, _print_run_counts
+    from prepline.tables import newest_run_dir as _newest_run_dir, print_run_counts as _print_run_counts
 
     run = tmp_path / "stages" / "run1"
 
     def meta(rel: str, status: str = "success", **totals) -> None:
         (run / rel).mkdir(parents=True)
-        (run / rel / "metadata.json").write_text(json.dumps({"status": status, "parameters": {"criteria": ["a > 1", "b"]},
+        (run / rel / "metadata.json").write_text(json.dumps({"status": status, "labels": {"criterion_1": "a > 1", "criterion_2": "b"},
                                                              "totals": {"seconds": 1.0, **totals}}))
 
     meta("exact_dedup", docs_in=10, docs_out=8, removed={"exact_duplicate": 2})
@@ -79,5 +79,16 @@ def test_run_summary_lists_stages_in_pipeline_order_with_reasons_and_failures(tm
                                                          ("filter (FAILED)", "ja")]
     _print_run_counts(tmp_path / "stages")
     out = capsys.readouterr().out
-    assert "exact_duplicate: 2" in out and "split into en 5, ja 3" in out and "`a > 1`: 1" in out and "`b`: 2" in out
+    assert "exact_duplicate: 2" in out and "split into en 5, ja 3" in out and "a > 1: 1" in out and "b: 2" in out
     assert "failed file(s): x.parquet" in out
+    # a spec pipeline's run: the order of its plan, and the accounting of every document
+    plan = {"entries": [{"stage": s, "branch": ""} for s in ("lang_id", "exact_dedup", "doc_id", "filter")]}
+    (run / "plan.json").write_text(json.dumps(plan))
+    (run / "conservation.json").write_text(json.dumps({"input": 10, "outputs": {"en": 2, "ja": 0}, "outputs_total": 2,
+                                                       "removed": {}, "removed_total": 5, "sinks": [{"part": "lang=other", "docs": 3}],
+                                                       "sinks_total": 3, "holds": True, "problems": []}))
+    _print_run_counts(tmp_path / "stages")
+    out = capsys.readouterr().out
+    rows = [l.split("│")[1].strip() for l in out.splitlines() if l.startswith("│ ") and l.split("│")[1].strip()]
+    assert rows[:3] == ["lang_id", "exact_dedup", "doc_id"]
+    assert "documents: 10 in = 2 out (en 2, ja 0) + 5 removed + 3 kept aside (lang=other 3: languages without a branch) ✓" in out

@@ -22,7 +22,8 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from prepline.components.run_pipeline import run_pipeline
 from prepline.errors import ConfigError, RunFailed
 from prepline.kfp import cli as kfp_cli, client as K, connection as C
-from prepline.pipelines.factory import DEFAULT_LANGUAGES, default_overrides, super_stages
+from prepline.pipelines import spec as specs
+from prepline.pipelines.plan import entry, make_plan, write_plan
 from prepline.stages import prepare, stage_output
 
 pytestmark = pytest.mark.usefixtures("kfp_isolated")  # no KFP settings from this machine
@@ -30,6 +31,9 @@ pytestmark = pytest.mark.usefixtures("kfp_isolated")  # no KFP settings from thi
 ROOT = Path(__file__).resolve().parents[2]
 
 COMPILED = ROOT / "compiled" / "pipelines"
+SHIPPED = specs.shipped()
+GLOBAL = ["ingest"] + [s.name for s in SHIPPED.stages]
+BRANCH = [s.name for s in SHIPPED.branch_stages]
 CHAINED = COMPILED / "super_chained.yaml"
 SHARED = {"input_path", "work_root", "overrides_json", "provider", "provider_json", "cluster_json", "max_failed_files",
           "launcher_image", "ray_image",
@@ -68,69 +72,65 @@ def _const(v):
 
 def test_compiled_structure_matches_the_super_pipeline():
     spec = _spec(CHAINED)
-    glob, branch = super_stages()
     assert spec.pipeline_info.name == "prepline-super-chained"
     root_inputs = set(spec.root.input_definitions.parameters)
     super_inputs = set(_spec(COMPILED / "super.yaml").root.input_definitions.parameters)
     assert super_inputs <= root_inputs
     assert root_inputs - super_inputs == {"kfp_host", "kfp_namespace", "kfp_experiment", "kfp_token_secret", "stage_pipeline_version"}
     defaults = spec.root.input_definitions.parameters
-    assert [v.string_value for v in defaults["languages"].default_value.list_value.values] == DEFAULT_LANGUAGES
-    assert json.loads(defaults["overrides_json"].default_value.string_value) == default_overrides()
+    assert [v.string_value for v in defaults["languages"].default_value.list_value.values] == list(SHIPPED.branches.languages)
+    assert defaults["overrides_json"].default_value.string_value == "{}"  # merged into the spec's settings by the plan step
 
     # what children inherit = the parameters the parent and every stage pipeline share
-    for s in glob + branch:
+    for s in GLOBAL + BRANCH:
         child = set(_spec(COMPILED / f"{s}.yaml").root.input_definitions.parameters)
         assert root_inputs & child == SHARED, s
-        assert "run_id" in child and "branch" in child and "input_stage" in child
+        assert {"run_id", "branch", "from_plan"} <= child
 
     root = spec.root.dag.tasks
     order = _order(root)
+    assert order[0] == "plan-run" and order[-3:] == ["check-documents", "fine-tune", "run-report"]
     stage_tasks = [n for n in order if root[n].component_ref.name.startswith("comp-run-pipeline")]
     names = [root[n].inputs.parameters["pipeline_name"].runtime_value.constant.string_value for n in stage_tasks]
-    assert names == glob  # the file stems: what the KFP UI's upload dialog names the stage pipelines
-    prev = ""
-    for n, s in zip(stage_tasks, glob):
+    assert names == GLOBAL  # the file stems: what the KFP UI's upload dialog names the stage pipelines
+    for n, s in zip(stage_tasks, GLOBAL):
         ins = root[n].inputs.parameters
         assert root[n].task_info.name == s
-        assert _const(ins["parameters"].runtime_value.constant) == {"input_stage": prev, "input_from_split": False}
+        assert _const(ins["parameters"].runtime_value.constant) == {"from_plan": True}  # wiring: the parent's plan.json
         assert ins["parent_run_id"].runtime_value.constant.string_value == "{{$.pipeline_job_uuid}}"
         assert ins["run_id_parameter"].runtime_value.constant.string_value == "run_id"
         assert ins["inherit_parameters"].runtime_value.constant.bool_value is True
         assert ins["host"].component_input_parameter == "kfp_host"
         assert ins["pipeline_version"].component_input_parameter == "stage_pipeline_version"
         assert not root[n].caching_options.enable_cache
-        prev = s
-    if glob and glob[-1] == "lang_id" and branch:
-        (loop_name,) = [n for n in order if root[n].parameter_iterator.items.input_parameter]
-        loop = root[loop_name]
-        assert loop.task_info.name == "per-language" and loop.iterator_policy.parallelism_limit == len(DEFAULT_LANGUAGES)
-        assert list(loop.dependent_tasks) == [stage_tasks[-1]]
-        inner = spec.components[loop.component_ref.name].dag.tasks
-        item = loop.parameter_iterator.item_input
-        prev = "lang_id"
-        for i, (n, s) in enumerate(zip(_order(inner), branch)):
+    loops = [n for n in order if root[n].parameter_iterator.items.input_parameter]
+    assert [root[n].task_info.name for n in loops] == ["per-language", "per-language-tokens"]
+    assert list(root[loops[0]].dependent_tasks) == [stage_tasks[-1]] and list(root["train-tokenizer"].dependent_tasks) == [loops[0]]
+    assert list(root[loops[1]].dependent_tasks) == ["train-tokenizer"] and list(root["check-documents"].dependent_tasks) == [loops[1]]
+    cut = SHIPPED.tokenizer_split()
+    for loop, group in zip(loops, (BRANCH[:cut], BRANCH[cut:])):
+        inner = spec.components[root[loop].component_ref.name].dag.tasks
+        item = root[loop].parameter_iterator.item_input
+        assert [inner[n].inputs.parameters["pipeline_name"].runtime_value.constant.string_value for n in _order(inner)] == group
+        for n in inner:
             ins = inner[n].inputs.parameters
-            assert ins["pipeline_name"].runtime_value.constant.string_value == s  # the file stem (the UI's name)
-            assert _const(ins["parameters"].runtime_value.constant) == {"input_stage": prev, "input_from_split": i == 0}
+            assert _const(ins["parameters"].runtime_value.constant) == {"from_plan": True}
             assert ins["item"].component_input_parameter == item
             assert ins["item_parameter"].runtime_value.constant.string_value == "branch"
-            prev = s
     # robustness: no pipeline-parameter placeholder inside a struct constant (older KFP drivers leave them unresolved)
     for comp in [spec.root] + list(spec.components.values()):
         for t in comp.dag.tasks.values():
             c = t.inputs.parameters.get("parameters")
             if c is not None:
                 assert "{{" not in json.dumps(_const(c.runtime_value.constant))
-    # the closing fan-in of the super pipeline is a step of the parent, on the parent's run id
-    if branch and branch[-1] == "tokenization" and glob and glob[-1] == "lang_id":
-        (ft,) = [n for n in order if root[n].task_info.name == "fine_tune"]
-        assert list(root[ft].dependent_tasks) == [loop_name] and order[-1] == ft
-        assert root[ft].inputs.parameters["run_id"].runtime_value.constant.string_value == "{{$.pipeline_job_uuid}}"
+    # plan, train_tokenizer, check_documents, fine_tune and run_report are steps of the parent, on the parent's run id
+    for n in ("plan-run", "train-tokenizer", "check-documents", "fine-tune", "run-report"):
+        assert root[n].inputs.parameters["run_id"].runtime_value.constant.string_value == "{{$.pipeline_job_uuid}}"
+    assert list(root["run-report"].dependent_tasks) == ["fine-tune"]  # the report last
     # the KFP token reaches every run_pipeline step from a secret named by a pipeline parameter, optionally
     platform = {k: v for k, v in _docs(CHAINED)[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"].items()
                 if k.startswith("exec-run-pipeline")}
-    assert len(platform) == len(glob) + len(branch)
+    assert len(platform) == len(GLOBAL) + len(BRANCH)
     for ex in platform.values():
         (env,) = ex["secretAsEnv"]
         assert env["secretNameParameter"]["componentInputParameter"] in ("kfp_token_secret", "pipelinechannel--kfp_token_secret")
@@ -150,8 +150,7 @@ def test_prepare_run_id_override_moves_paths_not_the_cluster():
 
 
 def _upload_all(fake):
-    glob, branch = super_stages()
-    for s in glob + branch:
+    for s in GLOBAL + BRANCH:
         assert kfp_cli.main(["upload", str(COMPILED / f"{s}.yaml"), "--host", fake.url]) == 0
 
 
@@ -195,7 +194,7 @@ def _walk(fake, parent_id: str, calls: list | None = None) -> list[str]:
                     run_dag(spec.components[t.component_ref.name].dag.tasks, it)
                 continue
             if not t.component_ref.name.startswith("comp-run-pipeline"):
-                continue  # fine_tune: a step of the parent itself, not a child run
+                continue  # plan, train_tokenizer, check_documents, fine_tune: steps of the parent itself, not child runs
             inputs = resolve(t, item)
             if calls is not None:
                 calls.append((t.task_info.name, inputs))
@@ -206,51 +205,44 @@ def _walk(fake, parent_id: str, calls: list | None = None) -> list[str]:
 
 
 @pytest.mark.slow
-def test_chain_runs_every_stage_as_a_child_under_the_parents_folder(capsys):
-    glob, branch = super_stages()
+def test_chain_runs_every_stage_as_a_child_under_the_parents_folder(capsys, tmp_path):
     langs = ["en", "ja"]
+    work = str(tmp_path / "work")
     with FakeKfp() as fake:
         _upload_all(fake)
-        parent = _start_parent(fake, "work_root=s3://bucket/work", "input_path=s3://bucket/in", f"languages={json.dumps(langs)}",
-                               "max_failed_files=2")
+        parent = _start_parent(fake, f"work_root={work}", "input_path=s3://bucket/in", f"languages={json.dumps(langs)}",
+                               "max_failed_files=2", "input_format=jsonl")
         calls: list = []
         children = _walk(fake, parent, calls)
-        assert len(children) == len(glob) + len(branch) * len(langs)
+        assert len(children) == len(GLOBAL) + len(BRANCH) * len(langs)
         posts = [c["body"] for c in fake.calls("POST", "/runs$")][1:]  # after the parent's
         assert len(posts) == len(children)
         parent_exp = fake.run(parent)["experiment_id"]
-        expected_names = glob + [f"{s}-{lg}" for lg in langs for s in branch]
+        cut = SHIPPED.tokenizer_split()
+        expected_names = GLOBAL + [f"{s}-{lg}" for lg in langs for s in BRANCH[:cut]] + [f"{s}-{lg}" for lg in langs for s in BRANCH[cut:]]
         assert [p["display_name"] for p in posts] == [f"{n} (child of {parent})" for n in expected_names]
         assert all(fake.run(c)["state"] == "SUCCEEDED" for c in children)
 
-        outputs = {}
+        # the parent's plan step (its body runs here) writes the plan the children read
+        write_plan(make_plan(SHIPPED, input_path="s3://bucket/in", work_root=work, run_id=parent, languages=langs, input_format="jsonl"))
         for body, (task_name, _) in zip(posts, calls):
             ps = body["runtime_config"]["parameters"]
             assert body["experiment_id"] == parent_exp and body["pipeline_version_reference"]
-            assert ps["run_id"] == parent and ps["work_root"] == "s3://bucket/work" and ps["input_path"] == "s3://bucket/in"
-            assert ps["max_failed_files"] == 2 and json.loads(ps["overrides_json"]) == default_overrides()
-            assert set(ps) == SHARED | {"run_id", "input_stage", "input_from_split"} | ({"branch"} if "branch" in ps else set())
-            # the paths the child's prepare_args computes: the nested super pipeline's layout under the parent's id
-            stage = task_name
-            r = prepare(stage, "{}", ps["work_root"], "child-own-id", stage, ps.get("branch", ""), ps["input_path"], ps["input_stage"],
-                        ps["input_from_split"], ps["cluster_json"], ps["overrides_json"], run_id_override=ps["run_id"])
-            assert r["output_path"] == stage_output("s3://bucket/work", parent, stage, ps.get("branch", ""))
-            outputs[(stage, ps.get("branch", ""))] = r
-        prev = None
-        for s in glob:
-            r = outputs[(s, "")]
-            assert r["input_path"] == (prev["output_path"] if prev else "s3://bucket/in")
-            prev = r
-        for lg in langs:
-            bprev = None
-            for s in branch:
-                r = outputs[(s, lg)]
-                want = bprev["output_path"] if bprev else f"{stage_output('s3://bucket/work', parent, glob[-1])}/lang={lg}"
-                assert r["input_path"] == want
-                bprev = r
+            assert ps["run_id"] == parent and ps["work_root"] == work and ps["input_path"] == "s3://bucket/in"
+            assert ps["max_failed_files"] == 2 and ps["overrides_json"] == "{}" and ps["from_plan"] is True
+            assert set(ps) == SHARED | {"run_id", "from_plan"} | ({"branch"} if "branch" in ps else set())
+            # what the child's prepare_args computes: the plan's entry, under the parent's id
+            r = prepare(task_name, "{}", ps["work_root"], "child-own-id", task_name, ps.get("branch", ""), ps["input_path"], "",
+                        False, ps["cluster_json"], ps["overrides_json"], run_id_override=ps["run_id"], from_plan=True)
+            if r["run"]:
+                e = entry(json.loads((Path(work) / parent / "plan.json").read_text()), task_name, ps.get("branch", ""))
+                assert r["output_path"] == stage_output(work, parent, task_name, ps.get("branch", "")) == e["output"]
+                assert r["input_path"] == e["input"]
+            else:  # hap outside English
+                assert (task_name, ps["branch"]) == ("hap", "ja")
         out = capsys.readouterr().out
         # looked up under the file stem (the UI's name), found under the compiled name `prepline kfp upload` gives it
-        assert f"started doc_id (doc-id) as run {children[0]}" in out and "SUCCEEDED" in out
+        assert f"started ingest (ingest) as run {children[0]}" in out and "SUCCEEDED" in out
 
 
 @pytest.mark.slow
@@ -261,18 +253,19 @@ def test_failed_or_canceled_child_fails_the_step_and_a_retry_resumes():
         fake.outcomes["exact-dedup"] = "FAILED"
         with pytest.raises(RunFailed, match=r"child run exact_dedup \(child of .*\) .* ended FAILED: fake: a task of this run failed"):
             _walk(fake, parent)
-        assert [c["body"]["display_name"].split(" ")[0] for c in fake.calls("POST", "/runs$")[1:]] == ["doc_id", "exact_dedup"]
+        assert [c["body"]["display_name"].split(" ")[0] for c in fake.calls("POST", "/runs$")[1:]] == ["ingest", "doc_id", "exact_dedup"]
         # the parent is retried: doc_id is not started again, exact_dedup is
         fake.outcomes["exact-dedup"] = "CANCELED"
         t0 = time.monotonic()
         with pytest.raises(K.ChildRunFailed, match="ended CANCELED"):
             _walk(fake, parent)
         assert time.monotonic() - t0 < 10
-        assert [c["body"]["display_name"].split(" ")[0] for c in fake.calls("POST", "/runs$")[1:]] == ["doc_id", "exact_dedup", "exact_dedup"]
+        assert [c["body"]["display_name"].split(" ")[0] for c in fake.calls("POST", "/runs$")[1:]] == ["ingest", "doc_id", "exact_dedup",
+                                                                                                 "exact_dedup"]
         del fake.outcomes["exact-dedup"]
         children = _walk(fake, parent)
         names = [c["body"]["display_name"].split(" ")[0] for c in fake.calls("POST", "/runs$")[1:]]
-        assert names.count("doc_id") == 1 and names.count("exact_dedup") == 4 - 1
+        assert names.count("ingest") == names.count("doc_id") == 1 and names.count("exact_dedup") == 4 - 1
         assert len(children) == len(set(children))
 
 

@@ -12,10 +12,10 @@ from google.protobuf import json_format
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from prepline import registry, stage_params
-from prepline.kfp.compile import sync_compiled
-from prepline.pipelines.factory import BRANCH_STAGES, GLOBAL_STAGES, default_overrides, pipelines, super_defaults, super_stages
 from prepline.images import DEFAULT as DEFAULT_IMAGES
-from prepline.stage_params import DEFAULT_LANGUAGES
+from prepline.kfp.compile import sync_compiled
+from prepline.pipelines import spec as specs
+from prepline.pipelines.factory import pipelines, spec_defaults, spec_params
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPILED = ROOT / "compiled"
@@ -71,9 +71,14 @@ def _tasks(dag: dict) -> dict[str, dict]:
     return dag["dag"]["tasks"]
 
 
+def _component(spec: dict, task: dict) -> dict:
+    return spec["components"][task["componentRef"]["name"]]
+
+
 def _check_stage_dag(spec: dict, comp: dict, stage: str) -> None:
-    """One stage: ExitHandler{prepare → start → execute (fed by prepare's outputs)} with stop as the
-    exit task, which gets only pipeline inputs and the run-id placeholder."""
+    """One stage: ExitHandler{prepare → If(prepared != 'skip'){start → execute}} with stop as the
+    exit task, which gets only pipeline inputs and the run-id placeholder. start and execute get
+    the stage as prepare resolved it (one JSON output); a plan may say the stage does not run."""
     root = _tasks(comp)
     assert sorted(root) == ["exit-handler-1", "stop-ray-cluster"]
     stop = root["stop-ray-cluster"]
@@ -81,19 +86,22 @@ def _check_stage_dag(spec: dict, comp: dict, stage: str) -> None:
     assert stop["inputs"]["parameters"]["run_id"] == _JOB_ID
     assert stop["inputs"]["parameters"]["stage"] == {"runtimeValue": {"constant": stage}}
     assert all("taskOutputParameter" not in v for v in stop["inputs"]["parameters"].values())  # the ExitHandler rule
-    body = _tasks(spec["components"][root["exit-handler-1"]["componentRef"]["name"]])
-    assert sorted(body) == ["execute-ray-job", "prepare-args", "start-ray-cluster"]
-    assert "dependentTasks" not in body["prepare-args"]
-    assert body["start-ray-cluster"]["dependentTasks"] == ["prepare-args"]
-    assert sorted(body["execute-ray-job"]["dependentTasks"]) == ["prepare-args", "start-ray-cluster"]
-    ex = body["execute-ray-job"]["inputs"]["parameters"]
-    fed = {k: v["taskOutputParameter"] for k, v in ex.items() if "taskOutputParameter" in v}
-    assert fed == {k: {"outputParameterKey": k, "producerTask": "prepare-args"} for k in ("config_json", "input_path", "output_path", "workers")}
-    for t in ("prepare-args", "start-ray-cluster", "execute-ray-job"):
-        params = body[t]["inputs"]["parameters"]
-        assert params["run_id"] == _JOB_ID and params["stage"] == {"runtimeValue": {"constant": stage}}, t
-        assert body[t]["cachingOptions"] == {}, t  # caching off: a stage's effect is its output folder
-    assert body["execute-ray-job"]["inputs"]["parameters"]["transform"] == {"runtimeValue": {"constant": stage}}
+    body = _tasks(_component(spec, root["exit-handler-1"]))
+    (cond_name,) = [k for k in body if k != "prepare-args"]
+    prep, cond = body["prepare-args"], body[cond_name]
+    assert "dependentTasks" not in prep and cond["dependentTasks"] == ["prepare-args"]
+    params = prep["inputs"]["parameters"]
+    assert params["run_id"] == _JOB_ID and params["stage"] == params["transform"] == {"runtimeValue": {"constant": stage}}
+    channel = "pipelinechannel--prepare-args-Output"
+    assert cond["triggerPolicy"]["condition"] == f"inputs.parameter_values['{channel}'] != 'skip'"
+    assert cond["inputs"]["parameters"][channel] == {"taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "prepare-args"}}
+    run = _tasks(_component(spec, cond))
+    assert sorted(run) == ["execute-ray-job", "start-ray-cluster"]
+    assert "dependentTasks" not in run["start-ray-cluster"] and run["execute-ray-job"]["dependentTasks"] == ["start-ray-cluster"]
+    for t in run.values():
+        assert t["inputs"]["parameters"]["prepared"] == {"componentInputParameter": channel}
+    for t in (prep, stop, *run.values()):
+        assert t["cachingOptions"] == {}, t  # caching off: a stage's effect is its output folder
 
 
 @pytest.mark.parametrize("name", sorted(set(registry.names())))
@@ -105,44 +113,60 @@ def test_simple_pipeline_structure(name):
     _check_stage_dag(spec, spec["root"], name)
 
 
-def test_super_pipeline_nests_every_stage_with_a_per_language_loop():
-    _spec(COMPILED / "pipelines" / "super.yaml")
-    spec = _root("super")
-    _check_parameters(spec, stage_params.SUPER, super_defaults())
-    glob, branch = super_stages()
-    assert glob == GLOBAL_STAGES and branch == BRANCH_STAGES  # every stage is registered
+def _chain(tasks: dict, first: str) -> list[str]:
+    """The tasks from ``first`` on, each the only one that depends on the one before."""
+    chain = [first]
+    while nxt := [k for k, t in tasks.items() if chain[-1] in t.get("dependentTasks", [])]:
+        (one,) = nxt
+        chain.append(one)
+    return chain
+
+
+def _check_spec_stage(spec: dict, task: dict, stage: str, branch: dict) -> None:
+    """A stage task of a spec pipeline: its simple pipeline, told to read the run's plan."""
+    params = task["inputs"]["parameters"]
+    assert params["from_plan"] == {"runtimeValue": {"constant": True}} and params["branch"] == branch, stage
+    for k in stage_params.SHARED + ["input_path"]:
+        assert params[k] == {"componentInputParameter": k if "runtimeValue" in branch else f"pipelinechannel--{k}"}, (stage, k)
+    _check_stage_dag(spec, _component(spec, task), stage)
+
+
+def test_super_pipeline_is_the_shipped_spec():
+    """plan → ingest → global stages → ParallelFor{branch stages up to filter} → train_tokenizer →
+    ParallelFor{tokenization} → check_documents → fine_tune → run_report, each stage its simple pipeline."""
+    _spec(COMPILED / "pipelines" / "super.yaml")  # parses strictly
+    spec, shipped = _root("super"), specs.shipped()
+    assert spec["pipelineInfo"]["name"] == "prepline-super"
+    # what a user passes merges into the spec's settings: overrides_json and train_params_json default to {}
+    _check_parameters(spec, spec_params(shipped), spec_defaults(shipped))
     root = _tasks(spec["root"])
-    # the global stages in order, each reading the previous one's output
-    prev = None
+    chain = _chain(root, "plan-run")
+    assert sorted(chain) == sorted(root)  # one line, nothing beside it
+    loops = [k for k in chain if "parameterIterator" in root[k]]
+    glob = ["ingest"] + [s.name for s in shipped.stages]
+    assert chain == ["plan-run", *(s.replace("_", "-") for s in glob), loops[0], "train-tokenizer", loops[1], "check-documents",
+                     "fine-tune", "run-report"], chain
     for s in glob:
-        t = root[s.replace("_", "-")]
-        assert t.get("dependentTasks") == ([prev.replace("_", "-")] if prev else None), s
-        assert t["inputs"]["parameters"]["input_stage"] == {"runtimeValue": {"constant": prev or ""}}, s
-        _check_stage_dag(spec, spec["components"][t["componentRef"]["name"]], s)
-        prev = s
-    # one ParallelFor over the languages parameter, after lang_id
-    (loop_name,) = [k for k, t in root.items() if "parameterIterator" in t]
-    loop = root[loop_name]
-    assert loop["dependentTasks"] == ["lang-id"] and loop["iteratorPolicy"] == {"parallelismLimit": len(DEFAULT_LANGUAGES)}
-    assert loop["parameterIterator"]["items"] == {"inputParameter": "pipelinechannel--languages"}
-    item = loop["parameterIterator"]["itemInput"]
-    body = _tasks(spec["components"][loop["componentRef"]["name"]])
-    assert sorted(body) == sorted(s.replace("_", "-") for s in branch)
-    prev = "lang_id"
-    for i, s in enumerate(branch):
-        t = body[s.replace("_", "-")]
-        params = t["inputs"]["parameters"]
-        assert t.get("dependentTasks") == (None if i == 0 else [prev.replace("_", "-")]), s
-        assert params["input_stage"] == {"runtimeValue": {"constant": prev}}, s
-        assert params["input_from_split"] == {"runtimeValue": {"constant": i == 0}}, s  # only the first reads lang_id's split
-        assert params["branch"] == {"componentInputParameter": item}, s
-        _check_stage_dag(spec, spec["components"][t["componentRef"]["name"]], s)
-        prev = s
-    # the fan-in: fine_tune after the whole loop, reading the run's token shards by path
-    ft = root["fine-tune"]
-    assert ft["dependentTasks"] == [loop_name] and ft["inputs"]["parameters"]["run_id"] == _JOB_ID
-    assert sorted(root) == sorted([s.replace("_", "-") for s in glob] + [loop_name, "fine-tune"])
-    assert json.loads(spec["root"]["inputDefinitions"]["parameters"]["overrides_json"]["defaultValue"]) == default_overrides()
+        _check_spec_stage(spec, root[s.replace("_", "-")], s, {"runtimeValue": {"constant": ""}})
+    branch = [s.name for s in shipped.branch_stages]
+    for loop, names in zip(loops, (branch[:-1], branch[-1:])):
+        t = root[loop]
+        assert t["parameterIterator"]["items"] == {"inputParameter": "pipelinechannel--languages"}
+        assert t["iteratorPolicy"] == {"parallelismLimit": len(shipped.branches.languages) + 1}
+        body = _tasks(_component(spec, t))
+        first = names[0].replace("_", "-")
+        assert _chain(body, first) == [s.replace("_", "-") for s in names] and sorted(body) == sorted(_chain(body, first))
+        for s in names:
+            _check_spec_stage(spec, body[s.replace("_", "-")], s, {"componentInputParameter": t["parameterIterator"]["itemInput"]})
+    for step in ("plan-run", "train-tokenizer", "check-documents", "fine-tune", "run-report"):
+        assert root[step]["inputs"]["parameters"]["run_id"] == _JOB_ID, step  # the run every stage wrote under
+    assert root["run-report"]["inputs"]["parameters"]["work_root"] == {"componentInputParameter": "work_root"}
+    plan = root["plan-run"]["inputs"]["parameters"]
+    assert json.loads(plan["spec_json"]["runtimeValue"]["constant"]) == shipped.to_dict()
+    ft = root["fine-tune"]["inputs"]["parameters"]
+    assert json.loads(ft["defaults_json"]["runtimeValue"]["constant"]) == shipped.train_params
+    assert ft["train_params_json"] == {"componentInputParameter": "train_params_json"}
+    assert "mixed_tokenizers" not in (COMPILED / "pipelines" / "super.yaml").read_text()
 
 
 def test_secret_name_is_a_parameter_and_no_credentials_anywhere():

@@ -31,30 +31,6 @@ def env(tmp_path):
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.integration
-def test_simple_pipeline_runs_locally(tmp_path, corpus, env):
-    timings = tmp_path / "timings.json"
-    r = _run(["pipeline", "run", "doc_id", "--local", "--input", str(corpus), "--work-root", str(tmp_path / "w"),
-              "--timings-json", str(timings)], env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    metas = list((tmp_path / "w" / "stages").rglob("doc_id/metadata.json"))
-    assert len(metas) == 1 and json.loads(metas[0].read_text())["totals"]["docs_out"] == 10
-    assert _clusters_left(tmp_path / "clusters") == []
-    # where the time went: one run of each task kind, the stage overhead summed from them
-    t = json.loads(timings.read_text())
-    kinds = t["by_kind"]
-    assert set(kinds) == {"prepare-args", "start-ray-cluster", "execute-ray-job", "stop-ray-cluster"}
-    assert all(k["n"] == 1 and 0 < k["total"] < t["seconds"] for k in kinds.values())
-    assert t["stage_overhead_seconds"] == pytest.approx(
-        sum(kinds[k]["mean"] for k in ("prepare-args", "start-ray-cluster", "stop-ray-cluster")))
-    assert "per-stage overhead" in r.stdout + r.stderr and all(x["status"] == "SUCCESS" for x in t["tasks"])
-    # and what happened to the documents, read back from the stage's metadata.json
-    out = r.stdout + r.stderr
-    assert "documents per stage" in out and re.search(r"│ doc_id\s*│\s*│\s*10 │\s*10 │", out), out[-2000:]
-
-
-@pytest.mark.ray
-@pytest.mark.slow
-@pytest.mark.integration
 def test_failing_stage_still_stops_its_cluster_and_fails_the_run(tmp_path, env):
     bad = tmp_path / "in"
     write_parquet(bad, "ok.parquet", {"contents": ["fine"]})
@@ -63,6 +39,73 @@ def test_failing_stage_still_stops_its_cluster_and_fails_the_run(tmp_path, env):
     assert r.returncode != 0
     out = r.stdout + r.stderr
     assert "broken.parquet" in out and "not a readable Parquet file" in out  # the stage's own error reaches the user
-    assert "stop-ray-cluster" in out and "deleted" in out  # the exit task ran
+    assert re.search(r"prepline: cluster \S+ deleted", out)  # the exit task ran
     assert "doc_id (FAILED)" in out and "failed file(s):" in out  # the closing table says which (the cell may wrap)
     assert _clusters_left(tmp_path / "clusters") == []
+
+
+def text_sample(root: Path, docs: int) -> Path:
+    """The bundled sample with its text in a `text` column (one Parquet file)."""
+    import pyarrow.parquet as pq
+
+    from prepline.sample import build_sample
+
+    build_sample(str(root / "sample"), docs=docs, files=1)
+    (f,) = sorted((root / "sample").glob("*.parquet"))
+    out = root / "in"
+    out.mkdir()
+    t = pq.read_table(f)
+    pq.write_table(t.rename_columns(["text" if c == "contents" else c for c in t.column_names]), out / "part-0.parquet")
+    return out
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_users_spec_runs_end_to_end(tmp_path, env):
+    """A spec file with stages removed and one reordered (tests/pipelines/mine.yaml: lang_id, then
+    filter before doc_quality for English), text in `text`: the plan skips ingest (Parquet), the other
+    languages are kept aside and counted, every document is accounted for; the run says where its
+    time went. Each stage is its simple pipeline (prepare → start → run, stop as the exit task).
+    (Formats other than Parquet run end to end in test_super_local.py.)"""
+    src = text_sample(tmp_path, 80)
+    spec = Path(__file__).parent / "mine.yaml"
+    timings = tmp_path / "timings.json"
+    r = _run(["pipeline", "run", str(spec), "--local", "--input", str(src), "--work-root", str(tmp_path / "w"),
+              "--timings-json", str(timings)], env)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    (run,) = [p for p in (tmp_path / "w" / "stages").iterdir() if p.is_dir()]
+    plan = json.loads((run / "plan.json").read_text())
+    assert plan["pipeline"] == "mine" and plan["input"]["format"] == "parquet"
+    assert [(e["stage"], e["branch"], e["runs"]) for e in plan["entries"]] == [
+        ("ingest", "", False), ("lang_id", "", True), ("filter", "en", True), ("doc_quality", "en", True)]
+    meta = {str(p.parent.relative_to(run)): json.loads(p.read_text()) for p in run.rglob("metadata.json") if "_prepline" not in p.parts}
+    assert sorted(meta) == ["lang=en/doc_quality", "lang=en/filter", "lang_id"]
+    assert meta["lang_id"]["totals"]["docs_in"] == 80 and meta["lang_id"]["parameters"]["content_column"] == "text"
+    assert meta["lang=en/doc_quality"]["totals"]["docs_in"] == meta["lang=en/filter"]["totals"]["docs_out"]  # reordered: filter first
+    cons = json.loads((run / "conservation.json").read_text())
+    assert cons["holds"] and cons["input"] == 80 and cons["sinks_total"] > 0 and cons["removed"]["filter (en)"]
+    assert cons["input"] == cons["outputs_total"] + cons["removed_total"] + cons["sinks_total"]
+    out = r.stdout + r.stderr
+    assert "documents: 80 in = " in out and "✓" in out
+    assert "documents per stage" in out and re.search(r"│ lang_id\s*│\s*│\s*80 │\s*80 │", out), out[-2000:]
+    assert _clusters_left(tmp_path / "clusters") == []
+    # where the time went: every task, by kind (ingest was prepared and stopped, never started)
+    t = json.loads(timings.read_text())
+    kinds = t["by_kind"]
+    assert {k: v["n"] for k, v in kinds.items()} == {"plan-run": 1, "prepare-args": 4, "start-ray-cluster": 3, "execute-ray-job": 3,
+                                                     "stop-ray-cluster": 4, "check-documents": 1, "run-report": 1}
+    assert all(0 < k["total"] < t["seconds"] for k in kinds.values()) and all(x["status"] == "SUCCESS" for x in t["tasks"])
+    assert t["stage_overhead_seconds"] == pytest.approx(
+        sum(kinds[k]["mean"] for k in ("prepare-args", "start-ray-cluster", "stop-ray-cluster")))
+    assert "per-stage overhead" in out
+    # prepline's lines (the jobs' progress too) and the tables; kfp's executor dumps and warnings only in each task's log
+    assert "prepline.progress: lang_id final: 1/1 files, 80 docs" in out and "executor_input" not in out and "Warning" not in out
+    assert len(out.splitlines()) < 90, out
+    logs = sorted((tmp_path / "w" / "kfp").rglob("task.log"))
+    assert len(logs) == len(t["tasks"]) == 17 and all("executor_input" in p.read_text() for p in logs)
+    # the run's report: written by its last step, and again by the command, which ends with its path
+    report = re.search(r"^report: (\S+)$", out, re.M)
+    assert report and report.group(1) == str(run / "report.html")
+    page = (run / "report.html").read_text()
+    assert "chart-funnel" in page and "documents: 80 in = " in page  # the accounting too

@@ -75,6 +75,28 @@ def test_stop_when_told_and_cancel_what_runs():
     assert len(seen) == 2 and len(b.cancelled) == 2  # the two others still running
 
 
+class TimedBackend(FakeBackend):
+    """Each result says how long its task took, and how much of that its worker's setup was."""
+
+    def __init__(self, results: list[dict]):
+        super().__init__(1, {})
+        self.results = list(results)
+
+    def result(self, handle):
+        return self.results.pop(0)
+
+
+@pytest.mark.parametrize("first, start", [({"seconds": 5.0, "setup_seconds": 4.0}, 9.0), ({"seconds": 5.0}, 5.0)])
+def test_worker_start_counts_the_wait_and_the_setup_not_the_work(monkeypatch, first, start):
+    """Start-up = how long the first result took to come back minus its own work (a model load in
+    the worker's setup is start-up): 10 s after dispatch, a 5 s task of which 4 s loaded a model."""
+    clock = iter([0.0, 10.0, 11.0])
+    monkeypatch.setattr("prepline.runtime.dispatch.time.perf_counter", lambda: next(clock))
+    stats: dict = {}
+    assert dispatch(TimedBackend([first, {"seconds": 1.0, "setup_seconds": 0.5}]), [0, 1], lambda t, r: True, stats=stats)
+    assert stats["worker_start_seconds"] == start
+
+
 def _kill_first_pool_worker(stop: threading.Event, killed: list) -> None:
     """SIGKILL one spawned pool worker as soon as one exists (it is then busy with its first task)."""
     me = os.getpid()

@@ -64,6 +64,21 @@ def run_pipeline(a: dict) -> None:
     rp.python_func(pipeline_name="doc_id", parameters={"input_path": "/i", "work_root": "/w"}, host=a["kfp"], poll_seconds=0)
 
 
+def run_report(a: dict) -> None:
+    """The super pipeline's last step: the run's HTML report from the stages' metadata.json."""
+    import kfp.dsl.executor_main  # noqa: F401
+
+    from prepline.components.run_report import run_report as rr
+
+    _meta(Path(a["work"]) / "r" / "doc_id")
+
+    class Html:
+        path = str(Path(a["work"]) / "report-artifact.html")
+
+    rr.python_func(work_root=a["work"], run_id="r", report=Html())
+    assert "chart-funnel" in Path(Html.path).read_text()
+
+
 def fine_tune(a: dict) -> None:
     """fine_tune in mode local (trains in the step: `python -m prepline.train`) or cluster (a TrainJob)."""
     import kfp.dsl.executor_main  # noqa: F401

@@ -188,6 +188,11 @@ def test_run_pipeline_step(tmp_path):
     assert {"kfp", "kfp_server_api"} <= set(mods) and missing("launcher", mods) == {}
 
 
+def test_run_report_step(tmp_path):
+    mods = run_step("run_report", "launcher", {"work": str(tmp_path / "w")}, tmp_path)
+    assert missing("launcher", mods) == {}
+
+
 def _tokens(work: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -129,21 +129,3 @@ def test_bad_inputs(langs, tmp_path):
     rec = train_shared_tokenizer([str(empty), str(langs["fr"])], str(tmp_path / "o"), {"vocab_size": 300})
     assert rec["inputs"][0]["docs"] == 0 and rec["inputs"][1]["docs"] > 0
     assert not (tmp_path / "o2").exists()
-
-
-def test_a_run_trains_its_tokenizer_where_the_branches_find_it(langs, tmp_path):
-    from prepline.stages import stage_output
-    from prepline.tokens.shared import run_inputs, train_for_run
-
-    work, run_id = str(tmp_path / "work"), "run-7f3a"
-    for lang in ("en", "fr"):  # the branches' filter outputs, at their deterministic paths
-        dst = Path(stage_output(work, run_id, "filter", lang))
-        dst.mkdir(parents=True)
-        for f in langs[lang].glob("*.parquet"):
-            (dst / f.name).write_bytes(f.read_bytes())
-    rec = train_for_run(work, run_id, ["en", "fr", "en"], params={"vocab_size": 300})
-    assert rec["output"] == stage_output(work, run_id, "tokenizer") and Path(rec["output"], "tokenizer.json").is_file()
-    assert [r["input"] for r in rec["inputs"]] == [stage_output(work, run_id, "filter", x) for x in ("en", "fr")]
-    assert run_inputs(work, run_id, ["en"], "lang_id", from_split=True) == [f"{stage_output(work, run_id, 'lang_id')}/lang=en"]
-    with pytest.raises(ConfigError, match="no languages"):
-        train_for_run(work, run_id, [])

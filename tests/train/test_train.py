@@ -136,7 +136,7 @@ def test_local_mode_runs_the_cli_in_a_subprocess(tokens, tmp_path):
     log = io.StringIO()
     s = run_local([str(tokens)], str(tmp_path / "ft"), {**FAST, "steps": 4, "log_every": 1}, out=log)
     assert s["steps"] == 4 and (tmp_path / "ft" / "model" / "model.pt").is_file()
-    assert "[prepline.train] step 4/4" in log.getvalue()
+    assert "prepline.train: step 4/4" in log.getvalue()
     with pytest.raises(RunFailed, match="does not exist: not a tokenization output"):
         run_local([str(tmp_path / "nothing")], str(tmp_path / "ft2"), {"steps": 2}, out=io.StringIO())
     with pytest.raises(ConfigError, match="unknown parameter"):  # before any process starts

@@ -21,9 +21,8 @@ from prepline.engine import RunOptions, run_transform
 from prepline.errors import ConfigError
 from prepline.stages import stage_output
 from prepline.train.step import fine_tune, plan
+from prepline.train.k8s import K8s, KubernetesError
 from prepline.train.trainjob import (
-    K8s,
-    KubernetesError,
     TrainJobFailed,
     TrainJobOptions,
     TrainJobTimeout,
@@ -167,7 +166,7 @@ def test_a_trainjob_trains_with_credentials_from_the_secret(tokens, tmp_path, s3
         s = fine_tune("cluster", work_root, run_id, ["en"], [], json.dumps(TRAIN),
                       {"kubeconfig": k.kubeconfig(tmp_path), "poll_seconds": 0.2}, s3_secret_name="prepline-s3", timeout=300, out=log)
         assert s["steps"] == 3 and s["languages"] == ["en"] and s["model"] == f"{stage_output(work_root, run_id, 'fine_tune')}/model"
-        assert "[prepline.train] step 3/3" in log.getvalue() and "deleted" in log.getvalue()
+        assert "prepline.train: step 3/3" in log.getvalue() and "deleted" in log.getvalue()
         job = k.created[0]
         assert job["metadata"]["labels"]["prepline.dev/stage"] == "fine-tune" and job["metadata"]["name"] == trainjob_name("run-42")
         assert k.trainjob_names() == [] and k.deleted == [job["metadata"]["name"]]
@@ -243,8 +242,6 @@ def test_unknown_runtime_is_a_clear_error_and_nothing_is_created(fake, tmp_path)
 
 def test_the_trainer_webhook_refuses_a_missing_runtime_and_reserved_env(fake):
     """Even without our check first, the cluster refuses (as Trainer's webhook does): the error says why."""
-    from prepline.train.trainjob import K8s
-
     k = K8s(fake.kc)
     m = trainjob_manifest("pl-x", "default", ["/in"], "/out", TRAIN, _opts(fake, runtime="torch-nope"))
     with pytest.raises(ConfigError, match="torch-nope.*must be created before the TrainJob is created"):

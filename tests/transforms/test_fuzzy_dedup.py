@@ -138,8 +138,13 @@ def sample_ids(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.mark.parametrize(
     "params, names",
     [
-        ({"num_bands": 14, "rows_per_band": 7}, ["num_bands", "rows_per_band", "num_permutations"]),
-        ({"num_permutations": 100}, ["num_bands", "rows_per_band", "num_permutations"]),
+        ({"num_bands": 14, "rows_per_band": 7}, ["num_bands", "rows_per_band", "target_recall"]),
+        ({"num_bands": 20, "rows_per_band": 6}, ["num_bands", "rows_per_band", "num_permutations"]),
+        ({"num_bands": 14}, ["num_bands", "rows_per_band"]),
+        ({"num_permutations": 8, "target_recall": 0.999, "threshold": 0.3}, ["num_permutations", "target_recall", "threshold"]),
+        ({"target_recall": 0.0}, ["target_recall"]),
+        ({"target_recall": 1.5}, ["target_recall"]),
+        ({"shingle_type": "bytes"}, ["shingle_type"]),
         ({"threshold": 0.0}, ["threshold"]),
         ({"threshold": 1.2}, ["threshold"]),
         ({"threshold": -0.5}, ["threshold"]),
@@ -159,12 +164,37 @@ def test_invalid_parameters_name_the_parameter(params, names):
     assert e.value.fix
 
 
-def test_bands_times_rows_error_suggests_factorisations():
-    with pytest.raises(ConfigError) as e:
-        registry.build("fuzzy_dedup", {"num_permutations": 128})
-    assert "16 × 8" in e.value.fix or "32 × 4" in e.value.fix
-    # a consistent choice is accepted, and threshold 1.0 is allowed
-    registry.build("fuzzy_dedup", {"num_permutations": 128, "num_bands": 16, "rows_per_band": 8, "threshold": 1.0})
+@pytest.mark.parametrize("threshold", [0.3, 0.5, 0.75, 0.8, 0.9, 0.95, 1.0])
+@pytest.mark.parametrize("target", [0.9, 0.98, 0.999])
+@pytest.mark.parametrize("perms", [64, 112, 256])
+def test_lsh_shape_reaches_the_target_at_the_threshold(threshold, target, perms):
+    try:
+        b, r = minhash.lsh_shape(threshold, target, perms)
+    except ValueError as e:  # only when no shape within the budget reaches it
+        assert all(minhash.lsh_probability(threshold, perms // r, r) < target for r in range(1, perms + 1)), e
+        return
+    assert b * r <= perms and minhash.lsh_probability(threshold, b, r) >= target
+    # the steepest such shape: no other shape within the budget that reaches the target puts less
+    # area under the S-curve below the threshold (fewer candidate pairs to verify)
+    j = np.linspace(0.0, threshold, 257)
+    area = {(bb, rr): np.trapezoid(minhash.lsh_probability(j, bb, rr), j)
+            for rr in range(1, perms + 1) for bb in range(1, perms // rr + 1)
+            if minhash.lsh_probability(threshold, bb, rr) >= target}
+    assert area[(b, r)] <= min(area.values()) + 1e-9
+
+
+def test_default_shape_and_explicit_shapes():
+    t = registry.build("fuzzy_dedup", {})
+    assert (t.bands, t.rows) == (15, 5) and t.perms == 75  # 0.983 at J = 0.75, 75 of the 112 permutations
+    assert minhash.lsh_probability(0.75, 15, 5) >= 0.98
+    # an explicit shape is used as given when it reaches target_recall
+    t = registry.build("fuzzy_dedup", {"num_bands": 14, "rows_per_band": 8, "target_recall": 0.77})
+    assert (t.bands, t.rows, t.perms) == (14, 8, 112)
+    t = registry.build("fuzzy_dedup", {"num_permutations": 128, "threshold": 1.0})
+    assert minhash.lsh_probability(1.0, t.bands, t.rows) == 1.0
+    with pytest.raises(ConfigError) as e:  # the fix names the derived shape
+        registry.build("fuzzy_dedup", {"num_bands": 14, "rows_per_band": 8})
+    assert "15 × 5" in e.value.fix and "0.771" in e.value.fix
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,7 +349,8 @@ def test_accuracy_on_the_sample(sample_ids, tmp_path):
     row_of = {sid: i for i, sid in enumerate(read_dir(ids, ["sample_id"]).column("sample_id").to_pylist())}
     near = [(row_of[r["sample_id"]], row_of[r["dup_of"]], r["jaccard"]) for r in tr if r["kind"] == "near_dup"]
     found = sum(1 for a, b, _ in near if a in removed or b in removed)
-    p = minhash.lsh_probability(np.array([j for *_, j in near]), 14, 8)
+    t = registry.build("fuzzy_dedup", {})
+    p = minhash.lsh_probability(np.array([j for *_, j in near]), t.bands, t.rows)
     print(f"planted near duplicates: {found}/{len(near)} found, {p.sum():.1f} expected from the S-curve")
     assert len(near) >= 80 and found >= p.sum() - 3 * np.sqrt((p * (1 - p)).sum())
     exact = [(row_of[r["sample_id"]], row_of[r["dup_of"]]) for r in tr if r["kind"] == "exact_dup"]
@@ -418,7 +449,9 @@ def test_char_shingles_find_near_duplicates_without_spaces(tmp_path):
     ids = with_ids(write_corpus(tmp_path / "in", texts, files=1), tmp_path / "ids")
     meta = fuzzy(ids, tmp_path / "char", shingle_type="char", shingle_size=5, threshold=0.7)
     assert meta["totals"]["removed"] == {"near_duplicate": 1}
-    meta = fuzzy(ids, tmp_path / "word")  # one "word" each: not similar as word shingles
+    meta = fuzzy(ids, tmp_path / "auto", threshold=0.7)  # the default picks characters for this text
+    assert meta["totals"]["removed"] == {"near_duplicate": 1}
+    meta = fuzzy(ids, tmp_path / "word", shingle_type="word")  # one "word" each: not similar as word shingles
     assert meta["totals"]["removed"] == {}
 
 

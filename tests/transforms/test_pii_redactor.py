@@ -312,3 +312,16 @@ def test_metadata_names_the_parameters(redacted):
     m = json.loads((redacted["out"] / "metadata.json").read_text())
     assert m["parameters"]["entities"] == ["EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD", "IBAN_CODE", "IP_ADDRESS", "US_SSN"]
     assert m["status"] == "success"
+
+
+def test_branch_defaults_are_the_recognizers_presidio_has_for_the_language():
+    """What a pipeline branch gets (Transform.branch_params, static: the launcher image has no
+    Presidio) is checked here against Presidio itself."""
+    from prepline.transforms.pii_redactor import DEFAULT_ENTITIES, ENGLISH_ONLY, PiiRedactor, supported_entities
+
+    assert PiiRedactor.branch_params("en") == {} and set(DEFAULT_ENTITIES) <= set(supported_entities("en"))
+    for branch, lang in (("ja", "ja"), ("fr", "fr"), ("zh", "zh"), ("other", "xx")):
+        p = PiiRedactor.branch_params(branch)
+        assert p["language"] == lang and set(p["entities"]) <= set(supported_entities(lang)), branch
+        assert not set(ENGLISH_ONLY) & set(supported_entities(lang)), branch  # really English only
+    assert PiiRedactor.branch_params("sr-Latn") == {}  # not an ISO 639-1 code: the transform's defaults

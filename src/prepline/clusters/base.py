@@ -113,6 +113,12 @@ class ClusterProvider(ABC):
     def delete(self, name: str, namespace: str = "default") -> bool:
         """Delete it; True if it existed. Raises when deletion fails (never silently leaks)."""
 
+    def recover(self, name: str, namespace: str = "default", timeout: float = 900) -> ClusterInfo:
+        """The head stopped answering: wait until it answers again. On KubeRay the operator restarts a
+        failed head pod by itself (raycluster_controller.go recreates missing head pods), so waiting is
+        all there is to do; a provider that runs the head itself starts it again."""
+        return self.wait_ready(name, namespace, timeout)
+
     @abstractmethod
     def list(self, namespace: str = "default", labels: dict | None = None) -> list[ClusterInfo]:
         """Clusters (with these labels), for the sweep."""

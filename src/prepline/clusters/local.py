@@ -11,6 +11,7 @@ SIGKILL): never ``ray stop``, which would kill every Ray of the user.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import secrets
@@ -24,11 +25,20 @@ import time
 import urllib.error
 import urllib.request
 from contextlib import ExitStack
+from dataclasses import asdict
 from pathlib import Path
 
-from prepline.clusters.base import TERMINAL, ClusterError, ClusterInfo, ClusterProvider, ClusterSpec
+from prepline.clusters.base import TERMINAL, ClusterError, ClusterInfo, ClusterProvider, ClusterSpec, NodeGroup
 from prepline.clusters.ray_jobs import RayJobClient
 from prepline.metadata import now_iso
+
+_log = logging.getLogger("prepline")
+
+
+#: seconds a local head's processes get to exit on SIGTERM before SIGKILL
+STOP_GRACE_S = 0.5
+#: seconds between readiness probes of a starting head
+READY_POLL_S = 0.1
 
 
 def state_dir() -> Path:
@@ -163,6 +173,7 @@ class LocalProvider(ClusterProvider):
         st = {
             "name": spec.name, "namespace": spec.namespace, "pgid": proc.pid, "ports": ports, "temp_dir": temp,
             "labels": dict(spec.labels), "created": now_iso(), "log": str(Path(temp) / "head.log"), "token": token,
+            "spec": asdict(spec),  # to start the same head again (recover)
         }
         path = self._path(spec.name)
         path.touch(mode=0o600)
@@ -185,8 +196,22 @@ class LocalProvider(ClusterProvider):
                     return self._info(st, "ready")
             except (urllib.error.URLError, OSError, ConnectionError):
                 pass
-            time.sleep(0.5)
+            time.sleep(READY_POLL_S)
         raise ClusterError(f"local Ray head {name} not ready after {timeout or self.start_timeout:.0f}s", f"see {st['log']}")
+
+    def recover(self, name: str, namespace: str = "default", timeout: float | None = None) -> ClusterInfo:
+        """A head that died (its processes gone, e.g. its dashboard crashed on a loaded machine) is
+        started again from the spec it was created with, on fresh ports; one that is alive is waited for."""
+        st = self._load(name)
+        if st is None:
+            raise ClusterError(f"no local Ray cluster named {name}", "start it first (start_ray_cluster)")
+        if not _alive(st) and "spec" in st:
+            s = dict(st["spec"])
+            spec = ClusterSpec(**{**s, "head": NodeGroup(**s["head"]), "workers": NodeGroup(**s["workers"])})
+            log_tail = Path(st["log"]).read_text(errors="replace")[-500:] if Path(st["log"]).exists() else ""
+            _log.warning("local Ray head %s is gone; starting it again (its log ended with: %s)", name, log_tail.strip()[-200:])
+            self.create(spec)
+        return self.wait_ready(name, namespace, timeout)
 
     def delete(self, name: str, namespace: str = "default") -> bool:
         st = self._load(name)
@@ -198,14 +223,17 @@ class LocalProvider(ClusterProvider):
     def _cleanup(self, st: dict) -> None:
         pids = _members(st)
         if pids:
+            # Ray's services (GCS, raylet, dashboard) exit within ~0.05 s of SIGTERM; what lingers is
+            # `ray start --block` itself (~3 s of its own shutdown) and the log monitor: the cluster and
+            # its temp dir are thrown away, so they get SIGKILL after a short grace
             _kill(pids, signal.SIGTERM)
-            deadline = time.time() + 2
+            deadline = time.time() + STOP_GRACE_S
             while _members(st) and time.time() < deadline:
-                time.sleep(0.2)
+                time.sleep(0.05)
             _kill(_members(st), signal.SIGKILL)
             deadline = time.time() + 5
             while _members(st) and time.time() < deadline:
-                time.sleep(0.1)
+                time.sleep(0.05)
         left = _members(st)
         if left:
             raise ClusterError(f"could not stop local Ray cluster {st['name']} (processes {left})", f"kill -9 {' '.join(map(str, left))}")
@@ -224,11 +252,6 @@ class LocalProvider(ClusterProvider):
     @staticmethod
     def _headers(st: dict) -> dict:
         return {"Authorization": f"Bearer {st['token']}"} if st.get("token") else {}
-
-    def job_headers(self, name: str) -> dict:
-        """HTTP headers a Ray job client needs for this cluster (its auth token)."""
-        st = self._load(name)
-        return self._headers(st) if st else {}
 
     def job_client(self, name: str, namespace: str | None = None) -> RayJobClient:
         """Our own Ray job client on the head's dashboard (the same code the KubeRay path uses)."""

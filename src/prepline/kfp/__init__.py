@@ -6,7 +6,8 @@
 * :mod:`prepline.kfp.chained`: a pre-uploaded pipeline started as a child run (the chained super pipeline);
 * :mod:`prepline.kfp.cli`: the ``prepline kfp`` command;
 * :mod:`prepline.kfp.compile`: the catalog compiled into ``compiled/``;
-* :mod:`prepline.kfp.local`: a pipeline run on this machine with kfp's local runner.
+* :mod:`prepline.kfp.local`: a pipeline run on this machine with kfp's local runner;
+* :mod:`prepline.kfp.local_tasks`: what such a run shows of its tasks, and each task's whole log.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import datetime as dt
 import signal
 import sys
 
+from prepline import logs
 from prepline.errors import ConfigError
 from prepline.kfp.client import TERMINAL_STATES, ChildRunFailed, KfpClient, KfpError, _run_state
 from prepline.kfp.params import check_parameters, root_inputs
@@ -72,26 +73,26 @@ def run_child(
         existing = [r for r in existing if r.display_name == name and r.experiment_id == exp_id]
         for r in existing:
             if _run_state(r) == "SUCCEEDED":
-                print(f"[prepline] {name}: run {r.run_id} already SUCCEEDED; not started again", file=out, flush=True)
+                logs.say(out, "prepline.kfp", f"{name}: run {r.run_id} already SUCCEEDED; not started again")
                 return {"run_id": r.run_id, "state": "SUCCEEDED", "reused": True, "url": f"{client.conn.ui}/#/runs/details/{r.run_id}"}
         going = [r for r in existing if _run_state(r) not in TERMINAL_STATES]
         if going:
             run = going[0]
-            print(f"[prepline] {name}: waiting for run {run.run_id} ({_run_state(run)}) started earlier", file=out, flush=True)
+            logs.say(out, "prepline.kfp", f"{name}: waiting for run {run.run_id} ({_run_state(run)}) started earlier")
     if run is None:
         run = client.create_run(experiment_id=exp_id, display_name=name, parameters=params, pipeline_id=p.pipeline_id,
                                 version_id=v.pipeline_version_id)
-        print(f"[prepline] started {pipeline_name} ({v.display_name}) as run {run.run_id}: {client.conn.ui}/#/runs/details/{run.run_id}",
-              file=out, flush=True)
+        logs.say(out, "prepline.kfp", f"started {pipeline_name} ({v.display_name}) as run {run.run_id}: "
+                                      f"{client.conn.ui}/#/runs/details/{run.run_id}")
     url = f"{client.conn.ui}/#/runs/details/{run.run_id}"
 
     def report(r):
-        print(f"[prepline] {name}: {_run_state(r)}", file=out, flush=True)
+        logs.say(out, "prepline.kfp", f"{name}: {_run_state(r)}")
 
     def on_term(signum, frame):  # the parent step is being stopped: stop the child too
         try:
             client.terminate(run.run_id)
-            print(f"[prepline] terminated child run {run.run_id}", file=out, flush=True)
+            logs.say(out, "prepline.kfp", f"terminated child run {run.run_id}")
         finally:
             raise KeyboardInterrupt
 

@@ -92,19 +92,23 @@ def check_pipeline_args(name: str, pipeline, args: dict) -> None:
         check_overrides(json.dumps({name: {"params": params}}))
 
 
-def run_local(name: str, args: dict, pipeline_root: str, times: TaskTimes | None = None) -> float:
-    """Run a pipeline with kfp.local's SubprocessRunner in this Python (the local cluster provider
-    starts a Ray head per stage). Returns the wall time; raises when the pipeline fails. With
-    ``times``, each task's duration is collected there."""
+def run_local(name: str, args: dict, pipeline_root: str, times: TaskTimes | None = None, pipeline=None, verbose: bool = False) -> float:
+    """Run a pipeline (``pipeline``, or the one named ``name``) with kfp.local's SubprocessRunner in
+    this Python (the local cluster provider starts a Ray head per stage). Returns the wall time;
+    raises when the pipeline fails. With ``times``, each task's duration is collected there. Each
+    task's log goes to task.log in its folder; only prepline's lines are shown, unless ``verbose``
+    (:mod:`prepline.kfp.local_tasks`)."""
     require_kfp()
     import kfp.local
 
     from prepline.pipelines.factory import pipelines
 
-    table = pipelines()
-    if name not in table:
-        raise ConfigError(f"unknown pipeline '{name}'", f"one of: {', '.join(sorted(table))}")
-    check_pipeline_args(name, table[name], args)
+    if pipeline is None:
+        table = pipelines()
+        if name not in table:
+            raise ConfigError(f"unknown pipeline '{name}'", f"one of: {', '.join(sorted(table))} (or a pipeline spec file)")
+        pipeline = table[name]
+    check_pipeline_args(name, pipeline, args)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     # the components run as subprocesses of this interpreter: put it first on PATH
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
@@ -113,8 +117,11 @@ def run_local(name: str, args: dict, pipeline_root: str, times: TaskTimes | None
     if times is not None:
         root.addFilter(times)
     t0 = time.perf_counter()
+    from prepline.kfp.local_tasks import task_output
+
     try:
-        table[name](**args)
+        with task_output(verbose):
+            pipeline(**args)
     finally:
         if times is not None:
             root.removeFilter(times)

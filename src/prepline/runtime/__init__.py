@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from prepline.context import WorkerSpec
+from prepline.progress import Report
 from prepline.runtime.dispatch import OnResult
 from prepline.runtime.options import RunOptions
 
@@ -22,8 +23,9 @@ class Executor(Protocol):
     #: {"retried": tasks run again after a lost worker or a transient fault}
     stats: dict
 
-    def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult) -> bool:
-        """Run ``tasks``; call ``on_result`` for each; stop early (return False) when it says so."""
+    def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult, on_progress: Report | None = None) -> bool:
+        """Run ``tasks``; call ``on_result`` for each; stop early (return False) when it says so.
+        ``on_progress(task key, docs, bytes)`` hears from running tasks (any thread, best effort)."""
 
     def close(self) -> None:
         """Stop the workers once their tasks are done."""

@@ -11,6 +11,7 @@ capacity when workers are lost for good (a Ray node gone) and grow it again when
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable, Protocol
 
 log = logging.getLogger("prepline")
@@ -56,8 +57,12 @@ def dispatch(backend: Backend, tasks: list, on_result: OnResult, retries: int = 
     """Run ``tasks`` on ``backend``; call ``on_result(task, result)`` for each, in completion order.
 
     A task whose worker died runs again, at most ``retries`` times. Returns False as soon as
-    ``on_result`` does (the tasks still running are cancelled). ``stats["retried"]`` counts the reruns.
+    ``on_result`` does (the tasks still running are cancelled). ``stats["retried"]`` counts the reruns;
+    ``stats["worker_start_seconds"]`` is how long the first task waited for its worker (process or
+    actor start) plus its worker's setup (``setup_seconds``: loading a model), not the task's own
+    work, once per executor.
     """
+    t0 = time.perf_counter()
     pending = list(range(len(tasks)))[::-1]  # indices: tasks need not be hashable
     tries = [0] * len(tasks)
     running: dict[Any, int] = {}
@@ -74,6 +79,9 @@ def dispatch(backend: Backend, tasks: list, on_result: OnResult, retries: int = 
                 r = backend.result(handle)
             except WorkerLost as e:
                 r = {"error": f"{task_label(tasks[i])}: {e}", "fix": backend.lost_fix, "kind": "worker_lost", "worker_lost": True}
+            if stats is not None and "worker_start_seconds" not in stats and "seconds" in r:
+                work = float(r["seconds"]) - float(r.get("setup_seconds", 0.0))
+                stats["worker_start_seconds"] = round(max(0.0, time.perf_counter() - t0 - work), 3)
             if r.get("kind") in RETRIED:
                 tries[i] += 1
                 if tries[i] <= retries:

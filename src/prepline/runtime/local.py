@@ -1,6 +1,11 @@
-"""Local runtime: in the driver's process for one worker, a process pool for more.
+"""Local runtime: in the driver's process for one worker; for N workers, the driver's process and
+a pool of N - 1 processes.
 
-The pool lives for the whole run (all phases): each worker process keeps one
+No start-up tax: the driver's own worker (a thread of the driver's process) takes the first
+(largest) task at once, while the pool's processes start and import; once it has nothing left to
+do, it takes back the tasks handed to the pool that no pool process has started yet (a claim file
+per task decides who runs it), so a short phase never waits for a process to start. A phase with
+one task never starts the pool. The pool lives for the whole run (all phases): each worker process keeps one
 :class:`~prepline.worker.Worker` per phase spec, so models load once per process.
 """
 
@@ -8,14 +13,39 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import queue
+import shutil
+import tempfile
+import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from prepline.context import WorkerSpec
+from prepline.progress import Report
 from prepline.runtime.dispatch import OnResult, WorkerLost, dispatch
 from prepline.worker import Worker
 
 _current: tuple[WorkerSpec, Worker] | None = None
+#: in a pool worker: where running tasks' progress goes (to the driver)
+_progress: "mp.Queue | None" = None
+
+
+def init_worker(parent: int, progress: "mp.Queue | None" = None) -> None:
+    """Pool worker initializer: tied to the driver, logging like it, progress to its queue."""
+    global _progress
+    from multiprocessing import util
+
+    from prepline import logs
+
+    die_with_parent(parent)
+    logs.setup_worker()
+    util.Finalize(None, logs.flush_repeats, exitpriority=10)  # the warnings it held back, said as it exits
+    _progress = progress
+
+
+def _send(key: str, docs: int, nbytes: int) -> None:
+    if _progress is not None:
+        _progress.put_nowait((key, docs, nbytes))
 
 
 def die_with_parent(parent: int) -> None:
@@ -45,8 +75,25 @@ def die_with_parent(parent: int) -> None:
 def _run(spec: WorkerSpec, task) -> dict:
     global _current
     if _current is None or _current[0] != spec:  # one phase at a time: a new phase, a new Worker
-        _current = (spec, Worker(spec))
+        _current = (spec, Worker(spec, _send))
     return _current[1].run(task)
+
+
+def _claim(token: str) -> bool:
+    """Take a task's claim file: True for the one process that creates it first. A removed claims
+    folder (the phase is over) counts as taken."""
+    try:
+        os.close(os.open(token, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        return True
+    except (FileExistsError, FileNotFoundError):
+        return False
+
+
+def _run_claimed(spec: WorkerSpec, task, token: str) -> dict:
+    """A pool task: run it unless the driver took it back while this process was starting."""
+    if not _claim(token):
+        return {"taken_back": True}  # never read: the driver reports the task's own result
+    return _run(spec, task)
 
 
 class _Done:
@@ -64,8 +111,8 @@ class _Inline:
     capacity = 1
     lost_fix = ""
 
-    def __init__(self, spec: WorkerSpec):
-        self._worker = Worker(spec)
+    def __init__(self, spec: WorkerSpec, report: Report | None = None):
+        self._worker = Worker(spec, report)
 
     def submit(self, task) -> _Done:
         return _Done(self._worker.run(task))
@@ -83,6 +130,38 @@ class _Inline:
         raise RuntimeError("the inline worker is always there")
 
 
+class _DriverWorker:
+    """The driver's own worker slot among several: its tasks run one at a time in a thread of the
+    driver's process, so the dispatch loop stays free to hand the pool's results on and keep the
+    pool busy. The thread is a daemon: an interrupted run does not wait for its task (whose output,
+    written under a temporary name and without a completion marker, a rerun redoes)."""
+
+    def __init__(self, spec: WorkerSpec, report: Report | None = None):
+        self._spec, self._report = spec, report
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="prepline-driver-worker", daemon=True).start()
+
+    def submit(self, task) -> Future:
+        fut: Future = Future()
+        self._queue.put((fut, task))
+        return fut
+
+    def _loop(self) -> None:
+        worker = None
+        while (item := self._queue.get()) is not None:
+            fut, task = item
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                worker = worker or Worker(self._spec, self._report)
+                fut.set_result(worker.run(task))
+            except BaseException as e:  # noqa: BLE001 - handed to the dispatch loop (a bug: Worker.run returns errors)
+                fut.set_exception(e)
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+
 class _Pool:
     """Several workers: a process pool. A worker process that dies breaks the whole pool (every task
     in it fails with BrokenProcessPool): the pool is rebuilt once and those tasks are run again."""
@@ -91,18 +170,25 @@ class _Pool:
 
     def __init__(self, executor: "LocalExecutor", spec: WorkerSpec):
         self.ex, self.spec = executor, spec
-        self.capacity = executor.workers
+        self.capacity = executor.pool_size
         self._generation: dict[Future, int] = {}
 
-    def submit(self, task) -> Future:
-        fut = self.ex._get_pool().submit(_run, self.spec, task)
+    def submit(self, task, token: str) -> Future:
+        try:
+            fut = self.ex._get_pool().submit(_run_claimed, self.spec, task, token)
+        except BrokenProcessPool:  # broken under tasks the driver took back (their results are never read)
+            self.ex.close()
+            fut = self.ex._get_pool().submit(_run_claimed, self.spec, task, token)
         self._generation[fut] = self.ex._pool_generation
+        self.ex._wanted.add(fut)
         return fut
 
-    def wait(self, handles: list) -> list:
-        return list(wait(handles, return_when=FIRST_COMPLETED)[0])
+    def forget(self, fut: Future) -> None:
+        self._generation.pop(fut, None)
+        self.ex._wanted.discard(fut)
 
     def result(self, fut: Future) -> dict:
+        self.ex._wanted.discard(fut)
         gen = self._generation.pop(fut)
         try:
             return fut.result()
@@ -111,33 +197,161 @@ class _Pool:
                 self.ex.close()
             raise WorkerLost(f"worker process died ({type(e).__name__})") from None
 
-    def cancel(self, handles: list) -> None:
-        for f in handles:
-            f.cancel()
-
     def wait_for_worker(self) -> None:  # a broken pool is rebuilt at once: capacity never drops
         raise RuntimeError("the process pool always has workers")
+
+
+class _Handle:
+    """A running task: on the driver, or in the pool (with its claim file) until the driver takes it back."""
+
+    __slots__ = ("task", "pool_future", "token", "current")
+
+    def __init__(self, task, current: Future, pool_future: Future | None = None, token: str | None = None):
+        self.task, self.current, self.pool_future, self.token = task, current, pool_future, token
+
+    @property
+    def on_driver(self) -> bool:
+        return self.current is not self.pool_future
+
+
+class _DriverAndPool:
+    """N workers: the driver's worker and a pool of N - 1 processes. The driver's slot is filled
+    first, so the first task starts at once while the pool's processes are still starting; an idle
+    driver takes back a pool task that has not started."""
+
+    lost_fix = _Pool.lost_fix
+
+    def __init__(self, executor: "LocalExecutor", spec: WorkerSpec, report: Report | None = None):
+        self.pool = _Pool(executor, spec)
+        self.capacity = executor.workers
+        self._driver = _DriverWorker(spec, report)
+        self._driver_busy = False
+        self._driver_task: Future | None = None
+        self._claims = tempfile.mkdtemp(prefix="prepline-claims-")
+        self._serial = 0
+
+    def _on_driver(self, task) -> Future:
+        self._driver_busy = True
+        self._driver_task = self._driver.submit(task)
+        return self._driver_task
+
+    def submit(self, task) -> _Handle:
+        if not self._driver_busy:
+            return _Handle(task, self._on_driver(task))
+        self._serial += 1
+        token = os.path.join(self._claims, str(self._serial))
+        fut = self.pool.submit(task, token)
+        return _Handle(task, fut, fut, token)
+
+    def _take_back(self, handles: list[_Handle]) -> None:
+        """The idle driver runs a pool task that no pool process has claimed yet (the latest first)."""
+        for h in reversed(handles):
+            if h.token is None or h.on_driver or h.current.done():
+                continue
+            if _claim(h.token):
+                h.current = self._on_driver(h.task)
+                return
+            h.token = None  # a pool process has it
+
+    def wait(self, handles: list[_Handle]) -> list[_Handle]:
+        if not self._driver_busy:
+            self._take_back(handles)
+        by_future = {h.current: h for h in handles}
+        return [by_future[f] for f in wait(list(by_future), return_when=FIRST_COMPLETED)[0]]
+
+    def result(self, h: _Handle) -> dict:
+        if h.on_driver:
+            self._driver_busy = False
+            if h.pool_future is not None:
+                self.pool.forget(h.pool_future)  # its pool copy ends without running it
+            return h.current.result()
+        return self.pool.result(h.current)
+
+    def cancel(self, handles: list[_Handle]) -> None:
+        for h in handles:
+            h.current.cancel()
+            if h.pool_future is not None:
+                h.pool_future.cancel()
+
+    def wait_for_worker(self) -> None:
+        self.pool.wait_for_worker()
+
+    def close(self, wait_for_task: bool = True) -> None:
+        """Stop the driver's worker: after its task (a run stopped by a failure), or at once (a signal)."""
+        self._driver.close()
+        if wait_for_task and self._driver_task is not None:
+            wait([self._driver_task])
+        shutil.rmtree(self._claims, ignore_errors=True)
 
 
 class LocalExecutor:
     def __init__(self, workers: int = 0, task_retries: int = 2):
         self.workers = workers or os.cpu_count() or 1
+        #: processes of the pool (the driver's process is the other worker)
+        self.pool_size = self.workers - 1
         self.task_retries = task_retries
         self.stats: dict = {"retried": 0}
         self._pool: ProcessPoolExecutor | None = None
         self._pool_generation = 0
+        #: pool tasks whose results are still to be read (not taken back by the driver)
+        self._wanted: set[Future] = set()
+        self._on_progress: Report | None = None
+        self._queue: "mp.Queue | None" = None
+        self._drain: threading.Thread | None = None
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            # spawn: safe with the threads pyarrow/duckdb start; fork is not.
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"), initializer=die_with_parent,
-                                             initargs=(os.getpid(),))
+            ctx = mp.get_context("spawn")  # spawn: safe with the threads pyarrow/duckdb start; fork is not.
+            if self._queue is None:
+                self._queue = ctx.Queue()
+                self._drain = threading.Thread(target=self._forward, args=(self._queue,), name="prepline-progress-in", daemon=True)
+                self._drain.start()
+            self._pool = ProcessPoolExecutor(self.pool_size, mp_context=ctx, initializer=init_worker,
+                                             initargs=(os.getpid(), self._queue))
             self._pool_generation += 1
         return self._pool
 
-    def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult) -> bool:
-        backend = _Inline(spec) if self.workers <= 1 or len(tasks) <= 1 else _Pool(self, spec)
-        return dispatch(backend, tasks, on_result, self.task_retries, self.stats)
+    def _forward(self, q: "mp.Queue") -> None:
+        """The driver's side of the workers' progress queue (a thread)."""
+        while True:
+            try:
+                item = q.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            except Exception:  # noqa: BLE001 - the queue was closed (or broken by a killed worker): progress stops, the run goes on
+                return
+            if item is None:
+                return
+            on = self._on_progress
+            if on is not None:
+                try:
+                    on(*item)
+                except Exception:  # noqa: BLE001 - progress never fails a run
+                    pass
+
+    def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult, on_progress: Report | None = None) -> bool:
+        self._on_progress = on_progress
+        try:
+            if self.workers <= 1 or len(tasks) <= 1:
+                return dispatch(_Inline(spec, on_progress), tasks, on_result, self.task_retries, self.stats)
+            backend = _DriverAndPool(self, spec, on_progress)
+            try:
+                ok = dispatch(backend, tasks, on_result, self.task_retries, self.stats)
+            except BaseException:
+                backend.close(wait_for_task=False)
+                raise
+            backend.close()
+            return ok
+        finally:
+            self._on_progress = None
+
+    def _stop_drain(self) -> None:
+        if self._queue is not None:
+            self._queue.put(None)
+            if self._drain is not None:
+                self._drain.join(timeout=2)
+            self._queue.close()
+            self._queue, self._drain = None, None
 
     def abort(self) -> None:
         if self._pool is not None:
@@ -145,8 +359,16 @@ class LocalExecutor:
                 p.kill()
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+        self._stop_drain()
 
     def close(self) -> None:
+        """Stop the pool: wait for the tasks it still runs; processes with nothing wanted from them
+        (idle, or still starting up) are killed rather than waited for."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+            if any(not f.done() for f in self._wanted):
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool = None
+            else:
+                self.abort()
+        self._wanted.clear()
+        self._stop_drain()

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
+from prepline import logs
 from prepline.context import WorkerSpec
 from prepline.errors import ConfigError, RunFailed
+from prepline.progress import SEND_INTERVAL, Report
 from prepline.runtime.dispatch import OnResult, WorkerLost, dispatch
 from prepline.worker import Worker
 
@@ -35,6 +38,7 @@ class RayExecutor:
                 # a private local Ray: every listener on loopback, modest object store
                 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
                 ray.init(
+                    address="local",  # a new one: never another user's Ray that happens to run on this machine
                     num_cpus=max(int(workers * cpus_per_worker + 0.999), 1) if workers else None,
                     include_dashboard=False,
                     object_store_memory=512 * 1024 * 1024,
@@ -50,18 +54,46 @@ class RayExecutor:
         self._actor_cls = ray.remote(_RayWorker)
         self._actors: list = []  # started and answering
         self._starting: dict = {}  # ping ref -> actor not placed or not answering yet
+        # running tasks' progress: actors send to a small actor, a driver thread collects every second
+        self._box = ray.remote(num_cpus=0)(ProgressBox).remote()
+        self._on_progress: Report | None = None
+        self._stop = threading.Event()
+        self._collector = threading.Thread(target=self._collect, name="prepline-progress-in", daemon=True)
+        self._collector.start()
 
     def _actor(self):
-        return self._actor_cls.options(num_cpus=self.cpus_per_worker).remote()
+        return self._actor_cls.options(num_cpus=self.cpus_per_worker).remote(self._box, os.environ.get(logs.ENV_FORMAT, ""))
 
-    def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult) -> bool:
-        return dispatch(_Actors(self, spec, min(self.workers, len(tasks))), tasks, on_result, self.task_retries, self.stats)
+    def _collect(self) -> None:
+        while not self._stop.wait(SEND_INTERVAL):
+            try:
+                reports = self._ray.get(self._box.take.remote(), timeout=10)
+            except Exception:  # noqa: BLE001 - progress is best effort; the run goes on
+                continue
+            on = self._on_progress
+            for key, (docs, nbytes) in reports.items():
+                if on is not None:
+                    on(key, docs, nbytes)
+
+    def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult, on_progress: Report | None = None) -> bool:
+        self._on_progress = on_progress
+        try:
+            return dispatch(_Actors(self, spec, min(self.workers, len(tasks))), tasks, on_result, self.task_retries, self.stats)
+        finally:
+            self._on_progress = None
 
     def abort(self) -> None:
         self.close()
 
     def close(self) -> None:
-        for a in self._actors + list(self._starting.values()):
+        self._stop.set()
+        self._collector.join(timeout=15)
+        alive = self._actors + list(self._starting.values())
+        try:  # warnings a worker held back (counted repeats): said before it goes
+            self._ray.get([a.flush_logs.remote() for a in self._actors], timeout=5)
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+        for a in alive + [self._box]:
             self._ray.kill(a)
         self._actors, self._starting = [], {}
         if self._started:
@@ -157,15 +189,39 @@ class _Actors:
                 pass
 
 
-class _RayWorker:
+class ProgressBox:
+    """An actor holding the latest progress of each running task until the driver takes it."""
+
     def __init__(self):
+        self._latest: dict = {}
+
+    def add(self, key: str, docs: int, nbytes: int) -> None:
+        self._latest[key] = (docs, nbytes)
+
+    def take(self) -> dict:
+        out, self._latest = self._latest, {}
+        return out
+
+
+class _RayWorker:
+    def __init__(self, box=None, log_format: str = ""):
+        if log_format:
+            os.environ.setdefault(logs.ENV_FORMAT, log_format)
+        logs.setup_worker()
         self._spec: WorkerSpec | None = None
         self._w: Worker | None = None
+        self._box = box
+
+    def _send(self, key: str, docs: int, nbytes: int) -> None:
+        self._box.add.remote(key, docs, nbytes)  # fire and forget
 
     def ping(self) -> int:
         return os.getpid()
 
+    def flush_logs(self) -> None:
+        logs.flush_repeats()
+
     def run(self, spec: WorkerSpec, task) -> dict:
         if spec != self._spec:
-            self._spec, self._w = spec, Worker(spec)
+            self._spec, self._w = spec, Worker(spec, self._send if self._box is not None else None)
         return self._w.run(task)

@@ -293,7 +293,7 @@ def _check(docs: list[_Doc], dup_of: list[int]) -> None:
 
 
 def _verify_with_prepline(docs: list[_Doc], dup_of: list[int]) -> None:
-    """Check the truth with prepline's exact-dedup key (normalise, then MD5), vectorised.
+    """Check the truth with prepline's exact-dedup key (:func:`prepline.hashing.dedup_keys`), vectorised.
 
     A case or white-space variant that prepline would not see as equal to its original (a
     letter that Arrow lowercases differently from Python) becomes a byte-identical copy.
@@ -306,7 +306,7 @@ def _verify_with_prepline(docs: list[_Doc], dup_of: list[int]) -> None:
     step = 50_000
     for start in range(0, len(docs), step):
         chunk = pa.array([d.text for d in docs[start : start + step]], pa.large_string())
-        keys[start : start + len(chunk)] = hashing.md5_128(con, hashing.normalise(chunk))
+        keys[start : start + len(chunk)] = hashing.dedup_keys(con, chunk)
     con.close()
     for i, d in enumerate(docs):
         if d.kind == "exact_dup" and not (keys[i] == keys[dup_of[i]]).all():

@@ -5,6 +5,7 @@ sentences."""
 from __future__ import annotations
 
 import hashlib
+import random
 import re
 from typing import Iterable
 
@@ -45,6 +46,55 @@ def _shingles(text: str, k: int = 5) -> set:
     if len(words) < k:
         return {tuple(words)} if words else set()
     return {tuple(words[i : i + k]) for i in range(len(words) - k + 1)}
+
+
+_UNSEGMENTED: re.Pattern | None = None
+
+
+def by_chars(text: str) -> bool:
+    """fuzzy_dedup's default unit choice, in plain Python: characters when at least
+    ``minhash.AUTO_CHAR_SHARE`` of the text's characters are in ``minhash.UNSEGMENTED``."""
+    global _UNSEGMENTED
+    from prepline import minhash
+
+    if _UNSEGMENTED is None:
+        _UNSEGMENTED = re.compile("[" + "".join(f"{chr(lo)}-{chr(hi)}" for lo, hi in minhash.UNSEGMENTED) + "]")
+    return bool(text) and len(_UNSEGMENTED.findall(text.lower())) >= minhash.AUTO_CHAR_SHARE * len(text)
+
+
+def auto_shingles(text: str, k: int = 5) -> set:
+    """The k-shingles fuzzy_dedup compares by default (``shingle_type=auto``), in plain Python (a
+    reference for tests and benchmarks): character k-grams of the lower-cased text with white
+    space collapsed for text in scripts without spaces, word k-shingles otherwise."""
+    if not by_chars(text):
+        return _shingles(text, k)
+    s = " ".join(text.lower().split())
+    return {s[i : i + k] for i in range(len(s) - k + 1)} if len(s) >= k else ({s} if s else set())
+
+
+def near_copy(text: str, target: float, pool: list[str], rng: random.Random) -> tuple[str, float]:
+    """A near copy of ``text`` and its Jaccard similarity with it (of :func:`auto_shingles`): as many
+    units as keep that similarity at or above ``target`` (characters for text in scripts without
+    spaces, words otherwise; at random positions) are replaced by units drawn from ``pool``."""
+    chars = by_chars(text)
+    units = list(text) if chars else text.split(" ")
+    order = [i for i in range(len(units)) if not units[i].isspace()]
+    rng.shuffle(order)
+    best, ref = (text, 1.0), auto_shingles(text)
+    lo, hi = 1, len(order)
+    while lo <= hi:  # the most replacements that keep J >= target (J falls as they add up)
+        m = (lo + hi) // 2
+        edited = list(units)
+        for i in order[:m]:
+            edited[i] = rng.choice(pool)
+        cand = ("" if chars else " ").join(edited)
+        sc = auto_shingles(cand)
+        j = len(ref & sc) / len(ref | sc)
+        if j >= target:
+            best, lo = (cand, j), m + 1
+        else:
+            hi = m - 1
+    return best
 
 
 def shingle_jaccard(a: str, b: str, k: int = 5) -> float:

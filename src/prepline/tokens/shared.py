@@ -169,31 +169,3 @@ def _finished(out: Location, fingerprint: str) -> dict | None:
     if record.get("fingerprint") != fingerprint or hashlib.sha256(data).hexdigest() != record.get("tokenizer_sha256"):
         return None
     return record
-
-
-#: where the run's shared tokenizer goes: ``stage_output(work_root, run_id, SHARED_STAGE)``
-SHARED_STAGE = "tokenizer"
-
-
-def run_inputs(work_root: str, run_id: str, languages: list[str], input_stage: str = "filter", from_split: bool = False) -> list[str]:
-    """The branches' folders a run's shared tokenizer trains on: ``input_stage``'s output per language,
-    or with ``from_split`` the ``lang=<code>`` folders of that (un-branched) stage, e.g. lang_id's split."""
-    from prepline.stages import stage_output
-
-    if not languages or not all(isinstance(x, str) and x for x in languages):
-        raise ConfigError(f"no languages to train the tokenizer on ({languages!r})", 'pass the branches, e.g. ["en", "ja", "fr"]')
-    langs = list(dict.fromkeys(languages))
-    if from_split:
-        return [f"{stage_output(work_root, run_id, input_stage)}/lang={lang}" for lang in langs]
-    return [stage_output(work_root, run_id, input_stage, lang) for lang in langs]
-
-
-def train_for_run(work_root: str, run_id: str, languages: list[str], input_stage: str = "filter", from_split: bool = False,
-                  params: dict | None = None) -> dict:
-    """What a pipeline step runs: train the run's shared tokenizer into ``<work_root>/<run>/tokenizer``
-    on its branches; returns the record plus ``output`` (what each branch's tokenization gets as ``tokenizer``)."""
-    from prepline.stages import stage_output
-
-    output = stage_output(work_root, run_id, SHARED_STAGE)
-    record = train_shared_tokenizer(run_inputs(work_root, run_id, languages, input_stage, from_split), output, params)
-    return {**record, "output": output}

@@ -13,6 +13,7 @@ import sys
 from dataclasses import replace
 from typing import TextIO
 
+from prepline import logs
 from prepline.errors import ConfigError
 
 STAGE = "fine_tune"
@@ -70,7 +71,7 @@ def fine_tune(
     TrainConfig.from_params(params)  # a bad parameter fails before anything starts
     if timeout <= 0:
         raise ConfigError(f"timeout={timeout} must be > 0", "pass timeout_seconds, e.g. 86400")
-    print(f"[prepline] fine_tune ({mode}): {', '.join(p['languages'])} -> {p['output']}", file=out, flush=True)
+    logs.say(out, "prepline.train", f"fine_tune ({mode}): {', '.join(p['languages'])} -> {p['output']}")
     if mode == "local":
         summary = run_local(p["inputs"], p["output"], params, timeout=timeout, out=out)
     elif mode == "cluster":

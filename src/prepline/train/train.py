@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
+from prepline import logs
 from prepline.data_access import Location, open_location
 from prepline.errors import ConfigError, RunFailed, exit_code
 from prepline.train.checkpoints import (CHECKPOINTS, METRICS, METRICS_LINES, Progress, read_summary, resume, save_checkpoint,
@@ -50,7 +51,7 @@ SUMMARY_FORMAT = "prepline.train.metrics"
 
 
 def _say(out: TextIO | None, msg: str) -> None:
-    print(f"[prepline.train] {msg}", file=out or sys.stdout, flush=True)
+    logs.say(out, "prepline.train", msg)
 
 
 @dataclass

@@ -1,0 +1,108 @@
+"""What ``prepline pipeline run --local`` shows of kfp.local's tasks, and each task's whole log.
+
+kfp.local runs every task as a subprocess and prints all it writes (upstream
+``kfp/local/subprocess_task_handler.py``, ``run_local_subprocess``: the executor's
+``executor_input`` dump, its own info lines, the Ray job's log, ...) and logs two lines per task
+itself. :func:`task_output` replaces that one function while a run lasts (kfp is pinned; the
+replacement takes the same arguments, runs the same command with the same environment and returns
+its exit code): every line goes to ``task.log`` in the task's folder under the pipeline root, and
+only prepline's own log lines are printed (all of them with ``verbose``). A task that fails also
+prints the end of its log. kfp.local's own info lines, its rules between tasks and its two warnings
+per task about settings a local run ignores (display names, images) are left out unless ``verbose``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import warnings
+from collections import deque
+from pathlib import Path
+from typing import Iterator
+
+from prepline.logs import is_prepline_line
+
+TASK_LOG = "task.log"
+#: lines of a failed task's log printed below it
+TAIL_LINES = 40
+
+
+def task_log_path(full_command: list[str]) -> Path | None:
+    """``task.log`` in the task's folder: where kfp.local asks the executor to write its output file."""
+    try:
+        i = full_command.index("--executor_input")
+        out = json.loads(full_command[i + 1])["outputs"]["outputFile"]
+    except (ValueError, IndexError, KeyError, TypeError, json.JSONDecodeError):
+        return None
+    return Path(out).parent / TASK_LOG
+
+
+def run_task(full_command: list[str], env_vars: dict[str, str] | None = None, verbose: bool = False) -> int:
+    """Run one task's command like kfp.local does; its lines to task.log, prepline's to the screen."""
+    env = {**os.environ, **env_vars} if env_vars else None
+    path = task_log_path(full_command)
+    say = builtins.print  # kfp.local indents task output by replacing print while a task runs
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    with contextlib.ExitStack() as stack:
+        log = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            log = stack.enter_context(open(path, "w", encoding="utf-8"))
+        proc = stack.enter_context(subprocess.Popen(full_command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                                    bufsize=1, env=env, errors="replace"))
+        for line in iter(proc.stdout.readline, ""):
+            if log is not None:
+                log.write(line)
+            if verbose or is_prepline_line(line):
+                say(line, end="")
+            else:
+                tail.append(line)
+        rc = proc.wait()
+    if rc != 0 and not verbose:
+        say(f"(the last lines of the task's log{f', all of it in {path}' if path else ''}:)")
+        for line in tail:
+            say(line, end="")
+    return rc
+
+
+class _HideKfpInfo(logging.Filter):
+    """kfp.local's own info lines (a task started, finished) are logged on the root logger."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+
+@contextlib.contextmanager
+def task_output(verbose: bool = False) -> Iterator[None]:
+    """While a kfp.local run lasts: tasks' logs into task.log, prepline's lines on the screen."""
+    from kfp.local import logging_utils
+    from kfp.local import subprocess_task_handler as handler
+
+    original, rule = handler.run_local_subprocess, logging_utils.print_horizontal_line
+    # kfp/local/logging_utils.py indented_print swaps builtins.print per task and puts back what it
+    # found: two ParallelFor iterations at once can leave an indenting print in place after the run
+    real_print = builtins.print
+    hide = _HideKfpInfo()
+
+    def run_local_subprocess(full_command, env_vars=None):
+        return run_task(list(full_command), env_vars, verbose)
+
+    handler.run_local_subprocess = run_local_subprocess
+    with warnings.catch_warnings():
+        if not verbose:
+            logging.getLogger().addFilter(hide)
+            logging_utils.print_horizontal_line = lambda: None
+            # kfp/local/orchestrator/task_executor.py (settings with no effect locally) and
+            # kfp/local/subprocess_task_handler.py (the image is a pipeline parameter: we run this Python on purpose)
+            warnings.filterwarnings("ignore", message=r"Task '.*': settings .* have no effect in the current local runner")
+            warnings.filterwarnings("ignore", message=r"You may be attemping to run a task that uses custom or non-Python base image")
+        try:
+            yield
+        finally:
+            handler.run_local_subprocess, logging_utils.print_horizontal_line = original, rule
+            builtins.print = real_print
+            logging.getLogger().removeFilter(hide)

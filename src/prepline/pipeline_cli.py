@@ -1,0 +1,154 @@
+"""``prepline pipeline list|compile|run``: pipelines by name or from a pipeline spec file, run
+locally with kfp.local and a local Ray head per stage, then a summary of the run: where the time
+went, the documents of every stage and branch, the accounting of every document, the training
+(:mod:`prepline.tables`), and where the run's HTML report is (:mod:`prepline.report`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from prepline.errors import ConfigError, RunFailed
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _is_spec(name: str) -> bool:
+    return name.endswith((".yaml", ".yml")) or Path(name).is_file()
+
+
+def cmd_pipeline(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="prepline pipeline",
+                                 description="List pipelines, compile a pipeline spec, or run a pipeline locally (kfp.local + local Ray).")
+    sub = ap.add_subparsers(dest="action", required=True)
+    sub.add_parser("list", help="the pipelines (one per transform, the super pipeline and its chained form)")
+    c = sub.add_parser("compile", help="compile a pipeline spec (YAML) into KFP YAML (nested and chained) and an Elyra template")
+    c.add_argument("spec", help="a pipeline spec file (docs/pipelines.md), or 'super' for the shipped one")
+    c.add_argument("--output", default=".", help="folder of <name>.yaml and <name>_chained.yaml (default: .)")
+    c.add_argument("--elyra", default="", help="also write <name>.pipeline here (nodes from the catalog in elyra_templates/components)")
+    r = sub.add_parser("run", help="run a pipeline")
+    r.add_argument("name", help="a transform, 'super', or a pipeline spec file (.yaml)")
+    r.add_argument("--local", action="store_true", required=True, help="run on this machine with kfp.local (the only mode here; use `prepline kfp run` for a KFP server)")
+    r.add_argument("--input", default=None, help="input folder or file (default: build the bundled sample)")
+    r.add_argument("--work-root", default="runs/pipeline", help="where stage outputs go (default: runs/pipeline)")
+    r.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a pipeline parameter (JSON values allowed); repeat")
+    r.add_argument("--sample-docs", type=int, default=None, help="size of the sample built when --input is not given")
+    r.add_argument("--timings-json", default="", help="also write each task's duration and the per-kind summary here")
+    r.add_argument("--verbose", action="store_true", help="show every task's whole log (kfp's executor lines too), not only prepline's lines")
+    a = ap.parse_args(argv)
+    if a.action == "list":
+        from prepline.pipelines.factory import pipelines
+
+        for n in sorted(pipelines()):
+            print(n)
+        return 0
+    if a.action == "compile":
+        return _compile(a.spec, Path(a.output), a.elyra)
+    return _run(a)
+
+
+def load_spec(name: str):
+    from prepline.pipelines import spec as specs
+
+    return specs.load(Path(name)) if _is_spec(name) else specs.shipped(name)
+
+
+def _compile(name: str, out: Path, elyra: str) -> int:
+    from kfp import compiler
+
+    from prepline.pipelines.factory import spec_pipelines
+
+    spec = load_spec(name)
+    out.mkdir(parents=True, exist_ok=True)
+    for stem, p in spec_pipelines(spec).items():
+        compiler.Compiler().compile(p, str(out / f"{stem}.yaml"))
+        print(out / f"{stem}.yaml")
+    if elyra:
+        from prepline.elyra_pipeline import spec_template
+
+        Path(elyra).mkdir(parents=True, exist_ok=True)
+        path = Path(elyra) / f"{spec.name}.pipeline"
+        path.write_text(json.dumps(spec_template(spec), indent=2, ensure_ascii=False) + "\n")
+        print(path)
+    return 0
+
+
+def _args(a, work: Path) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for kv in a.param:
+        k, _, v = kv.partition("=")
+        if not _:
+            raise ConfigError(f"--param {kv!r} is not NAME=VALUE", "e.g. --param languages='[\"en\",\"ja\"]'")
+        try:
+            params[k] = json.loads(v)
+        except json.JSONDecodeError:
+            params[k] = v
+    return local_args(work, a.input, params, a.sample_docs)
+
+
+def local_args(work: Path, input: str | None, params: dict[str, Any], sample_docs: int | None = None) -> dict[str, Any]:
+    """The arguments of a local run: the compiled defaults are for a cluster, so a local run passes its
+    local values explicitly (a local Ray head per stage, local paths); ``params`` may still override
+    them. Without ``input`` the bundled sample is built under ``work/sample`` (once)."""
+    args: dict[str, Any] = {"work_root": str(work / "stages"), "provider": "local", "provider_json": "{}"}
+    if input:
+        args["input_path"] = str(Path(input).resolve()) if "://" not in input else input
+    else:
+        from prepline.sample import build_sample
+
+        sample = work / "sample"
+        if not (sample / "_truth" / "summary.json").exists():
+            info = build_sample(str(sample), docs=sample_docs)
+            _console().print(f"sample: {info['docs']:,} docs at {sample}")
+        args["input_path"] = str(sample)
+    for k, v in params.items():
+        args[k] = json.dumps(v) if isinstance(v, dict) or (k.endswith("_json") and not isinstance(v, str)) else v
+    return args
+
+
+def _run(a) -> int:
+    from prepline.kfp.local import TaskTimes, run_local, strip_ansi
+    from prepline.tables import print_run_counts, print_task_times
+
+    pipeline, name = None, a.name
+    if _is_spec(a.name):
+        from prepline.pipelines.factory import spec_pipeline
+
+        spec = load_spec(a.name)
+        pipeline, name = spec_pipeline(spec), spec.name
+    work = Path(a.work_root).resolve()
+    args = _args(a, work)
+    times = TaskTimes()
+    started = time.time()
+    try:
+        secs = run_local(name, args, str(work / "kfp"), times, pipeline=pipeline, verbose=a.verbose)
+    except RuntimeError as e:  # kfp.local's "pipeline finished with status FAILURE ..."
+        msg = strip_ansi(str(e))
+        _report(print_run_counts(work / "stages", started))  # what the stages up to the failure did
+        raise RunFailed(msg, f"see the failing task's log above (every task's log: task.log in its folder under {work / 'kfp'})") from None
+    print_task_times(times, secs)
+    report = _report(print_run_counts(work / "stages", started))
+    if a.timings_json:
+        Path(a.timings_json).write_text(json.dumps({"pipeline": name, "seconds": secs, "by_kind": times.by_kind(),
+                                                    "stage_overhead_seconds": times.stage_overhead(), "tasks": times.tasks}, indent=2))
+    _console().print(f"[bold]{name}[/]: succeeded in {secs:,.0f}s; stage outputs and metadata.json under {work / 'stages'}, "
+                     f"each KFP task's outputs and log (task.log) under {work / 'kfp'}")
+    if report:
+        print(f"report: {report}", flush=True)  # never wrapped: a path to copy
+    return 0
+
+
+def _report(run_dir) -> str | None:
+    """Write the run report into the run folder; its path (None when the run wrote no stage)."""
+    if run_dir is None:
+        return None
+    from prepline.report import write_report
+
+    return write_report(run_dir)

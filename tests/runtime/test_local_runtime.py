@@ -1,0 +1,38 @@
+"""The local executor with several workers: the driver works as one of them, takes back the tasks a
+pool process has not started, and never waits for a pool that has nothing to do."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from conftest import make_corpus, tree_bytes
+from prepline.engine import RunOptions, run_transform
+from prepline.runtime import local
+
+
+def _slow_starting_pool(self) -> ProcessPoolExecutor:
+    """A pool whose process needs 30 s to start (a machine under heavy load, a slow import)."""
+    if self._pool is None:
+        self._pool = ProcessPoolExecutor(self.pool_size, mp_context=mp.get_context("spawn"), initializer=time.sleep, initargs=(30,))
+        self._pool_generation += 1
+    return self._pool
+
+
+def test_a_run_never_waits_for_a_pool_process_that_is_still_starting(tmp_path, monkeypatch):
+    src = make_corpus(tmp_path / "in", files=4)
+    run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "ref"), workers=1))
+    monkeypatch.setattr(local.LocalExecutor, "_get_pool", _slow_starting_pool)
+    t0 = time.perf_counter()
+    meta = run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "out"), workers=2)).metadata
+    assert time.perf_counter() - t0 < 20  # the driver ran every task, took back the one handed to the pool, and did not wait
+    assert meta["status"] == "success" and meta["phases"]["final"]["workers"] == 2
+    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
+
+
+def test_a_pool_task_the_driver_took_back_does_not_run_in_the_pool(tmp_path):
+    token = str(tmp_path / "1")
+    assert local._claim(token) and not local._claim(token)  # one process wins the claim
+    assert local._run_claimed(None, None, token) == {"taken_back": True}
+    assert not local._claim(str(tmp_path / "gone" / "2"))  # the phase is over: nothing may run
