@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench import DEFAULT_ORDER, load_specs, timed  # noqa: E402  (one launcher for every benchmark)
+from bench import default_order, load_specs, timed  # noqa: E402  (one launcher for every benchmark)
 
 BYTES_PER_DOC = 573  # zstd Parquet of the sample (114.5 MB for 200k documents)
 CHUNK_MB = 200  # the largest sample built (~1.7 GB in the builder); larger files add spliced copies of it
@@ -112,7 +112,7 @@ def main() -> int:
     from prepline import registry
 
     specs = load_specs()
-    order = ["ingest", *[n for n in DEFAULT_ORDER if n in registry.names()]]
+    order = ["ingest", *[n for n in default_order() if n in registry.names()]]
     wanted = [n for n in order if not args.only or n in args.only.split(",")]
     sizes = [int(s) for s in args.sizes_mb.split(",")]
     results: dict[str, dict[int, dict]] = {}

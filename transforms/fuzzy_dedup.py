@@ -46,7 +46,7 @@ from prepline.config import TransformConfig, param
 from prepline.errors import ConfigError, InputError
 from prepline.graph import connected_components
 from prepline.registry import register
-from prepline.sharded import parquet_files, read_all, read_partition, read_range, shard_of_ids, shard_of_keys, write_partitioned
+from prepline.sharded import iter_partition, parquet_files, read_all, read_partition, read_range, shard_of_ids, shard_of_keys, write_partitioned
 from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform, require_unique_ids
 
 REASON = "near_duplicate"
@@ -56,7 +56,8 @@ ALL_PAIRS_MAX = 16  # buckets up to this size give all their pairs for verificat
 # temporaries per byte of text for words, more for characters (one unit per character; auto
 # shingles by characters only text in scripts of 3-byte characters, about 13 bytes per byte)
 BATCH_BYTES = {"word": 2 << 20, "auto": 2 << 20, "char": 512 << 10}
-PAIR_BATCH = 4 << 20  # shingle values per batch of the vectorised Jaccard
+PAIR_BATCH = 1 << 20  # shingle values per batch of the vectorised Jaccard (about 24 bytes of temporaries each)
+VERIFY_CHUNK = 4 << 20  # shingle values of the a-side per chunk of verify_a's output (16 MiB): bounded verify memory
 CLUSTERS = "clusters.parquet"
 
 
@@ -221,6 +222,34 @@ def _jaccard_pairs(va: pa.Array, vb: pa.Array) -> np.ndarray:
         out[lo:hi] = np.where(union > 0, inter / np.maximum(union, 1), 0.0)
         lo = hi
     return out
+
+
+class _Docs:
+    """One shard's candidate documents (id -> shingle set or signature), sorted by id for lookups."""
+
+    def __init__(self, t: pa.Table | None):
+        if t is None:
+            self.ids, self.v = np.zeros(0, np.int64), pa.array([], pa.large_list(pa.uint32()))
+            self._len = np.zeros(0, np.int64)
+            return
+        ids = t.column("id").to_numpy()
+        order = np.argsort(ids, kind="stable")
+        self.ids = ids[order]
+        self.v = t.column("v").combine_chunks().take(pa.array(order))
+        self._len = pc.list_value_length(self.v).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def find(self, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(found mask, row of each wanted id; meaningless where not found)."""
+        if len(self.ids) == 0:
+            return np.zeros(len(want), dtype=bool), np.zeros(len(want), dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.ids, want), len(self.ids) - 1)
+        return self.ids[pos] == want, pos
+
+    def lengths(self, rows: np.ndarray) -> np.ndarray:
+        return self._len[rows]
+
+    def values(self, rows: np.ndarray) -> pa.Array:
+        return self.v.take(pa.array(rows, pa.int64()))
 
 
 @register
@@ -394,54 +423,54 @@ class FuzzyDedup(Transform):
         return {"docs": len(ids)}
 
     # -- phase 4: verification, a two-step join ----------------------------------------------
-    @staticmethod
-    def _lookup(docs: pa.Table | None, want: np.ndarray) -> tuple[np.ndarray, pa.Array | None]:
-        """(found mask, payloads of the found ids) of ``want`` in a shard's documents."""
-        if docs is None or len(want) == 0:
-            return np.zeros(len(want), dtype=bool), None
-        did = docs.column("id").to_numpy()
-        order = np.argsort(did, kind="stable")
-        did = did[order]
-        pos = np.minimum(np.searchsorted(did, want), len(did) - 1)
-        found = did[pos] == want
-        rows = order[pos[found]]
-        return found, docs.column("v").combine_chunks().take(pa.array(rows))
-
     def verify_a_shard(self, shard: int, ctx) -> dict:
+        """Each pair of the shard (by ``a``) gets ``a``'s shingle set; written on by shard of ``b`` in
+        chunks of about VERIFY_CHUNK values, so verify_b reads one chunk at a time."""
         c = self.config
         t = read_partition(ctx.work, "pairs", shard)
         if t is None:
             return {"pairs": 0}
         a, b = _unique_pairs(t.column("a").to_numpy(), t.column("b").to_numpy())
-        found, va = self._lookup(read_partition(ctx.work, "docs", shard), a)
-        a, b = a[found], b[found]
-        half = pa.table({"a": pa.array(a, pa.int64()), "b": pa.array(b, pa.int64()), "va": va if va is not None else pa.array([], pa.large_list(pa.uint32()))})
-        write_partitioned(ctx.work, f"half/{shard:05d}.arrow", half, shard_of_ids(b, c.num_shards))
+        del t
+        docs = _Docs(read_partition(ctx.work, "docs", shard))
+        found, rows = docs.find(a)
+        a, b, rows = a[found], b[found], rows[found]
+        cum = np.cumsum(docs.lengths(rows))
+        lo, chunk = 0, 0
+        while lo < len(a):
+            base = cum[lo - 1] if lo else 0
+            hi = max(lo + 1, int(np.searchsorted(cum, base + VERIFY_CHUNK, side="right")))
+            half = pa.table({"a": pa.array(a[lo:hi], pa.int64()), "b": pa.array(b[lo:hi], pa.int64()), "va": docs.values(rows[lo:hi])})
+            write_partitioned(ctx.work, f"half/{shard:05d}-{chunk:05d}.arrow", half, shard_of_ids(b[lo:hi], c.num_shards))
+            lo, chunk = hi, chunk + 1
         return {"pairs": int(len(a)), "missing": int((~found).sum())}
 
     def verify_b_shard(self, shard: int, ctx) -> dict:
+        """The pairs of the shard (by ``b``), one chunk at a time, get ``b``'s shingle set and their
+        similarity; those at or above the threshold are the shard's edges."""
         c = self.config
-        t = read_partition(ctx.work, "half", shard)
-        if t is None:
-            return {"pairs": 0, "edges": 0}
-        a, b = t.column("a").to_numpy(), t.column("b").to_numpy()
-        found, vb = self._lookup(read_partition(ctx.work, "docs", shard), b)
-        va = t.column("va").combine_chunks().filter(pa.array(found))
-        a, b = a[found], b[found]
-        if len(a) == 0:
-            return {"pairs": 0, "edges": 0, "missing": int((~found).sum())}
-        if c.verify == "jaccard":
-            sim = _jaccard_pairs(va, vb)
-        else:
-            p = self.perms
-            sa = va.flatten().to_numpy().reshape(-1, p)
-            sb = vb.flatten().to_numpy().reshape(-1, p)
-            sim = (sa == sb).mean(axis=1)
-        ok = sim >= c.threshold - 1e-12
-        edges = pa.table({"a": pa.array(a[ok], pa.int64()), "b": pa.array(b[ok], pa.int64()), "similarity": pa.array(sim[ok], pa.float32())})
-        if edges.num_rows:
-            ctx.work.write_parquet(f"edges/{shard:05d}.parquet", edges)
-        return {"pairs": int(len(a)), "edges": int(ok.sum()), "missing": int((~found).sum())}
+        docs = _Docs(read_partition(ctx.work, "docs", shard))
+        edges, pairs, missing = [], 0, 0
+        for t in iter_partition(ctx.work, "half", shard):
+            a, b = t.column("a").to_numpy(), t.column("b").to_numpy()
+            found, rows = docs.find(b)
+            missing += int((~found).sum())
+            va = t.column("va").combine_chunks().filter(pa.array(found))
+            a, b, vb = a[found], b[found], docs.values(rows[found])
+            if len(a) == 0:
+                continue
+            if c.verify == "jaccard":
+                sim = _jaccard_pairs(va, vb)
+            else:
+                p = self.perms
+                sim = (va.flatten().to_numpy().reshape(-1, p) == vb.flatten().to_numpy().reshape(-1, p)).mean(axis=1)
+            ok = sim >= c.threshold - 1e-12
+            pairs += len(a)
+            edges.append(pa.table({"a": pa.array(a[ok], pa.int64()), "b": pa.array(b[ok], pa.int64()), "similarity": pa.array(sim[ok], pa.float32())}))
+        table = pa.concat_tables(edges) if edges else None
+        if table is not None and table.num_rows:
+            ctx.work.write_parquet(f"edges/{shard:05d}.parquet", table)
+        return {"pairs": pairs, "edges": 0 if table is None else table.num_rows, "missing": missing}
 
     # -- phase 5: connected components (once) ---------------------------------------------
     def components(self, ctx) -> dict:

@@ -25,7 +25,7 @@ from typing import Callable
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 PEERS = ("dpk", "datatrove")
-TITLES = {"prepline": "prepline", "dpk": "Data Prep Kit", "datatrove": "datatrove"}
+TITLES = {"prepline": "prepline", "dpk": "DPK", "datatrove": "datatrove"}
 CRITERIA = ["length(contents) >= 20"]  # the filter of every tool (run_dpk.py, run_datatrove.py say the same)
 
 
@@ -202,6 +202,6 @@ def print_table(rows: list[dict]) -> None:
         p = t["prepline"]["seconds"]
         cells = [f"{t[k]['seconds']:.2f}" if k in t else "—" for k in ("prepline", "dpk", "datatrove")]
         ratios = [f"{p / t[k]['seconds']:.2f}" if k in t else "—" for k in PEERS]
-        acc = "; ".join(f"{TITLES[k].split()[0]}: {_note(r['stage'], v['accuracy'])}" for k, v in t.items())
+        acc = "; ".join(f"{TITLES[k]}: {_note(r['stage'], v['accuracy'])}" for k, v in t.items())
         print(f"| {r['stage']} | " + " | ".join(cells + ratios) + f" | {acc} |")
     print("\nprepline/peer: wall seconds of prepline's process / the peer's (< 1: prepline is faster); peak RSS in the JSON")

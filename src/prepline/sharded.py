@@ -24,6 +24,7 @@ output is the same for any runtime and worker count.
 from __future__ import annotations
 
 import json
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +33,7 @@ import pyarrow.ipc as ipc
 from prepline.data_access import Location
 from prepline.minhash import mix64
 
-__all__ = ["parquet_files", "read_all", "read_partition", "read_range", "shard_of_ids", "shard_of_keys", "write_partitioned"]
+__all__ = ["iter_partition", "parquet_files", "read_all", "read_partition", "read_range", "shard_of_ids", "shard_of_keys", "write_partitioned"]
 
 #: schema metadata key of a partitioned file: {"<shard>": <record batch index>}
 _INDEX_KEY = b"prepline.shards"
@@ -80,9 +81,9 @@ def _visible(rel: str, suffix: str) -> bool:
     return rel.endswith(suffix) and not rel.rsplit("/", 1)[-1].startswith(".")
 
 
-def read_partition(loc: Location, prefix: str, shard: int) -> pa.Table | None:
-    """The rows of ``shard`` from every partitioned file under ``prefix`` (None: no rows)."""
-    batches = []
+def iter_partition(loc: Location, prefix: str, shard: int) -> Iterator[pa.Table]:
+    """The rows of ``shard`` from each partitioned file under ``prefix``, one file at a time (files
+    without rows for it are skipped): for consumers that can work a piece at a time."""
     for f in loc.list_all(prefix):
         if not _visible(f.rel, PARTITIONED_SUFFIX):
             continue
@@ -91,10 +92,13 @@ def read_partition(loc: Location, prefix: str, shard: int) -> pa.Table | None:
         if i is not None:
             batch = reader.get_batch(i)
             if batch.num_rows:
-                batches.append(batch)
-    if not batches:
-        return None
-    return pa.Table.from_batches(batches).replace_schema_metadata(None)
+                yield pa.Table.from_batches([batch]).replace_schema_metadata(None)
+
+
+def read_partition(loc: Location, prefix: str, shard: int) -> pa.Table | None:
+    """The rows of ``shard`` from every partitioned file under ``prefix`` (None: no rows)."""
+    tables = list(iter_partition(loc, prefix, shard))
+    return pa.concat_tables(tables) if tables else None
 
 
 def parquet_files(loc: Location, prefix: str) -> list[str]:

@@ -488,3 +488,16 @@ def test_work_files_and_output_on_s3(tweets_ids, s3_bucket, tmp_path):
     got = pa.concat_tables([loc.read_parquet(f.rel) for f in loc.list_files(".parquet")])
     assert got.equals(read_dir(tmp_path / "local"))
     assert not [f for f in loc.list_all() if f.rel.startswith("_prepline")]  # work files removed
+
+
+def test_verification_in_small_chunks_gives_the_same_clusters(tweets_ids, tmp_path, monkeypatch):
+    """verify_a writes its pairs in chunks and verify_b reads them one at a time (bounded memory):
+    tiny chunks and Jaccard batches give the same result as the defaults."""
+    from prepline.transforms import fuzzy_dedup
+
+    ref = fuzzy(tweets_ids, tmp_path / "ref", mode="annotate")
+    monkeypatch.setattr(fuzzy_dedup, "VERIFY_CHUNK", 40)  # two or three pairs per chunk
+    monkeypatch.setattr(fuzzy_dedup, "PAIR_BATCH", 300)
+    meta = fuzzy(tweets_ids, tmp_path / "small", mode="annotate")
+    assert meta["plan"] == ref["plan"]
+    assert read_dir(tmp_path / "small").equals(read_dir(tmp_path / "ref"))
