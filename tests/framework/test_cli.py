@@ -15,7 +15,7 @@ def test_list_and_describe(capsys):
         assert n in out
     assert main(["describe", "exact_dedup", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert {p["name"] for p in d["parameters"]} == {"content_column", "id_column", "num_shards", "normalize"}
+    assert {p["name"] for p in d["parameters"]} == {"content_column", "id_column", "num_shards", "normalize", "nfkc"}
     md = describe_markdown("filter")
     assert "| `logical_operator` | str | `\"AND\"` |" in md
 

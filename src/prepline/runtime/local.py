@@ -201,6 +201,21 @@ class _Pool:
         raise RuntimeError("the process pool always has workers")
 
 
+_CLAIMS_PREFIX = "prepline-claims-"
+
+
+def _claims_dir() -> str:
+    """A fresh folder for one phase's claim files, named after this process; the folders of
+    processes that are gone (a driver killed with SIGKILL cleans nothing up) are removed first."""
+    tmp = tempfile.gettempdir()
+    for name in os.listdir(tmp):
+        if name.startswith(_CLAIMS_PREFIX):
+            pid = name[len(_CLAIMS_PREFIX):].split("-", 1)[0]
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{_CLAIMS_PREFIX}{os.getpid()}-")
+
+
 class _Handle:
     """A running task: on the driver, or in the pool (with its claim file) until the driver takes it back."""
 
@@ -227,7 +242,7 @@ class _DriverAndPool:
         self._driver = _DriverWorker(spec, report)
         self._driver_busy = False
         self._driver_task: Future | None = None
-        self._claims = tempfile.mkdtemp(prefix="prepline-claims-")
+        self._claims = _claims_dir()
         self._serial = 0
 
     def _on_driver(self, task) -> Future:
@@ -265,7 +280,10 @@ class _DriverAndPool:
             if h.pool_future is not None:
                 self.pool.forget(h.pool_future)  # its pool copy ends without running it
             return h.current.result()
-        return self.pool.result(h.current)
+        r = self.pool.result(h.current)
+        if r.get("taken_back"):  # neither ran it: its claim folder vanished (a temp cleaner): run it again
+            raise WorkerLost("the task's claim file could not be created")
+        return r
 
     def cancel(self, handles: list[_Handle]) -> None:
         for h in handles:
