@@ -26,13 +26,15 @@ def stage_kuberay(a: dict) -> None:
 
     need = {"filter": {"criteria": ["length(contents) > 0"]}}  # a transform's required parameters
     for t in registry.names():
-        prepare_args.python_func(transform=t, params_json=json.dumps(need.get(t, {})), overrides_json="{}", work_root=a["work"], run_id="r", stage=t,
-                                 branch="", input_path="/in", input_stage="", input_from_split=False, cluster_json="{}")
-    common = dict(provider="kuberay", provider_json=json.dumps(a["provider"]), cluster_json="{}", overrides_json="{}", run_id="r",
-                  stage="doc_id", branch="")
-    start_ray_cluster.python_func(**common, timeout_seconds=60, ray_image="img", s3_secret_name="prepline-s3")
-    out = Path(a["work"]) / "out"
-    _meta(out)
+        prepared = prepare_args.python_func(transform=t, params_json=json.dumps(need.get(t, {})), overrides_json="{}", work_root=a["work"],
+                                            run_id="r", stage=t, branch="", input_path="/in", input_stage="", input_from_split=False,
+                                            cluster_json="{}")
+        assert prepared != "skip", t
+    prepared = prepare_args.python_func(transform="doc_id", params_json="{}", overrides_json="{}", work_root=a["work"], run_id="r",
+                                        stage="doc_id", branch="", input_path="/in", input_stage="", input_from_split=False, cluster_json="{}")
+    where = dict(provider="kuberay", provider_json=json.dumps(a["provider"]))
+    start_ray_cluster.python_func(prepared=prepared, **where, timeout_seconds=60, ray_image="img", s3_secret_name="prepline-s3")
+    _meta(Path(json.loads(prepared)["output_path"]))
 
     class Art:
         path = str(Path(a["work"]) / "summary.md")
@@ -40,9 +42,8 @@ def stage_kuberay(a: dict) -> None:
         def log_metric(self, *x):
             pass
 
-    execute_ray_job.python_func(**common, transform="doc_id", config_json="{}", input_path="/in", output_path=str(out), workers=1,
-                                max_failed_files=0, timeout_seconds=60, summary=Art(), metrics=Art())
-    stop_ray_cluster.python_func(**common)
+    execute_ray_job.python_func(prepared=prepared, **where, max_failed_files=0, timeout_seconds=60, summary=Art(), metrics=Art())
+    stop_ray_cluster.python_func(**where, cluster_json="{}", overrides_json="{}", run_id="r", stage="doc_id", branch="")
 
 
 def elyra_stage(a: dict) -> None:
@@ -68,7 +69,7 @@ def run_report(a: dict) -> None:
     """The super pipeline's last step: the run's HTML report from the stages' metadata.json."""
     import kfp.dsl.executor_main  # noqa: F401
 
-    from prepline.components.run_report import run_report as rr
+    from prepline.components.pipeline_steps import run_report as rr
 
     _meta(Path(a["work"]) / "r" / "doc_id")
 
