@@ -1,11 +1,11 @@
 """exact_dedup: remove documents whose normalised text equals an earlier document's.
 
-Three phases, each resumable, with memory bounded by the number of distinct texts:
+Three phases, each resumable; a map task holds one batch, a reduce task one shard's keys:
 
 1. ``hash`` (per file, streamed batch by batch): a 128-bit key of the normalised text
    (:func:`prepline.hashing.dedup_keys`: optionally NFKC, lower-cased, trimmed, every run of
    Unicode white space collapsed to one space); the per-row keys are written for phase 3 as they
-   come, and the file's distinct keys with their smallest id and count go to one partitioned
+   come, and each batch's distinct keys with their smallest id and count go to a partitioned
    file (:mod:`prepline.sharded`), by key into ``num_shards`` shards.
 2. ``reduce`` (per shard): group a shard's keys across files; keys seen more than once are
    duplicates, and the copy to keep is the one with the smallest id.
@@ -22,12 +22,13 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from prepline import hashing
 from prepline.config import TransformConfig, param
 from prepline.registry import register
 from prepline.errors import InputError
-from prepline.sharded import read_all, read_partition, shard_of_keys, write_partitioned
+from prepline.sharded import read_all, read_partition, read_rows, shard_of_keys, write_partitioned
 from prepline.transform import Column, FileTask, Output, Phase, Transform, require_unique_ids
 
 REASON = "exact_duplicate"
@@ -76,29 +77,32 @@ class ExactDedup(Transform):
     # phase 1 -------------------------------------------------------------------------------
     def hash_file(self, task: FileTask, ctx) -> dict:
         c = self.config
-        ids, groups = [], []
+        ids, rows, distinct = [], 0, 0
+        ctx.work.delete(f"distinct/{task.rel}")  # what an interrupted attempt of this task left
         with ctx.work.parquet_writer(f"keys/{task.rel}", KEY_SCHEMA) as sink:  # streamed: memory per batch
-            for table in ctx.iter_input(task, self, [c.content_column, c.id_column]):
+            for b, table in enumerate(ctx.iter_input(task, self, [c.content_column, c.id_column])):
                 kt = _key_table(self._keys(table.column(c.content_column)), table.column(c.id_column).to_numpy())
                 sink.write(kt)
                 ids.append(kt.column("id").to_numpy())
-                groups.append(kt.group_by(["h", "l"]).aggregate([("id", "min"), ("id", "count")]))
-        require_unique_ids(np.concatenate(ids), task.path, c.id_column)
-        # distinct keys of this file: smallest id and count per key, partitioned by key
-        g = pa.concat_tables(groups)
-        if len(groups) > 1:
-            g = g.group_by(["h", "l"]).aggregate([("id_min", "min"), ("id_count", "sum")]).rename_columns(["h", "l", "id_min", "id_count"])
-        write_partitioned(ctx.work, f"distinct/{task.rel}.arrow", g, shard_of_keys(g.column("l").to_numpy(), c.num_shards))
-        return {"rows": int(sum(len(i) for i in ids)), "distinct": g.num_rows}
+                rows += kt.num_rows
+                # this batch's distinct keys (smallest id, count), partitioned by key: the reduce
+                # groups them across batches and files, so no task holds more than a batch of keys
+                g = kt.group_by(["h", "l"]).aggregate([("id", "min"), ("id", "count")])
+                distinct += g.num_rows
+                write_partitioned(ctx.work, f"distinct/{task.rel}/{b:06d}.arrow", g, shard_of_keys(g.column("l").to_numpy(), c.num_shards))
+        require_unique_ids(np.concatenate(ids) if ids else np.zeros(0, np.int64), task.path, c.id_column)
+        return {"rows": rows, "distinct": distinct}
 
     # phase 2 -------------------------------------------------------------------------------
     def reduce_shard(self, shard: int, ctx) -> dict:
         t = read_partition(ctx.work, "distinct", shard)
         if t is None:
             return {"keys": 0, "duplicate_keys": 0}
-        again = t.group_by(["h", "l", "id_min"]).aggregate([("id_count", "count")])  # one row per file
+        # one row per batch of a file, and a file's ids are unique: a key with the same smallest id
+        # twice is the same text with the same id in two files, and both copies would be kept
+        again = t.group_by(["h", "l", "id_min"]).aggregate([("id_count", "count")])
         again = again.filter(pc.greater(again.column("id_count_count"), 1))
-        if again.num_rows:  # the same text with the same id in two files: both copies would be kept
+        if again.num_rows:
             raise InputError(
                 f"id {again.column('id_min')[0].as_py()} of column '{self.config.id_column}' belongs to more than one "
                 "document (the same text in different files: a file copied twice?)",
@@ -119,14 +123,19 @@ class ExactDedup(Transform):
     def setup(self, ctx) -> None:
         self._work = ctx.work
         self._dup = read_all(ctx.work, "duplicates")
-        self._keys: tuple[str, pa.Table | None] = ("", None)
+        self._keys: tuple[str, pq.ParquetFile | None] = ("", None)
+
+    def _batch_keys(self, task: FileTask, n: int) -> pa.Table:
+        """The hash phase's keys of rows [first_row, first_row + n) of the task's file: only the
+        row groups that hold them are read (memory follows the batch, not the file)."""
+        if self._keys[0] != task.rel:
+            self._keys = (task.rel, self._work.parquet_file(f"keys/{task.rel}"))
+        return read_rows(self._keys[1], task.first_row, n)
 
     def transform(self, table: pa.Table, task: FileTask) -> Output:
         if self._dup is None or table.num_rows == 0:
             return Output.of(table)
-        if self._keys[0] != task.rel:  # batches of one file come in order: read its keys once
-            self._keys = (task.rel, self._work.read_parquet(f"keys/{task.rel}"))
-        keys = self._keys[1].slice(task.first_row, table.num_rows)
+        keys = self._batch_keys(task, table.num_rows)
         keys = keys.append_column("row", pa.array(np.arange(keys.num_rows, dtype=np.int64)))
         hits = keys.join(self._dup, keys=["h", "l"], join_type="inner", use_threads=False)
         lose = pc.not_equal(hits.column("id"), hits.column("keep"))

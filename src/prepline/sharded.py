@@ -29,11 +29,12 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 
 from prepline.data_access import Location
 from prepline.minhash import mix64
 
-__all__ = ["iter_partition", "parquet_files", "read_all", "read_partition", "read_range", "shard_of_ids", "shard_of_keys", "write_partitioned"]
+__all__ = ["iter_partition", "parquet_files", "read_all", "read_partition", "read_range", "read_rows", "shard_of_ids", "shard_of_keys", "write_partitioned"]
 
 #: schema metadata key of a partitioned file: {"<shard>": <record batch index>}
 _INDEX_KEY = b"prepline.shards"
@@ -132,3 +133,13 @@ def read_range(loc: Location, rel: str, lo: int, hi: int, column: str = "id") ->
     t = pf.read_row_groups(groups)
     v = t.column(column).to_numpy()
     return t.filter(pa.array((v >= lo) & (v <= hi)))
+
+
+def read_rows(pf: pq.ParquetFile, first: int, count: int) -> pa.Table:
+    """Rows [first, first + count) of a Parquet file, reading only the row groups that hold them."""
+    md = pf.metadata
+    starts = np.cumsum([0] + [md.row_group(i).num_rows for i in range(md.num_row_groups)])
+    groups = [i for i in range(md.num_row_groups) if starts[i] < first + count and starts[i + 1] > first]
+    if not groups:
+        return pf.schema_arrow.empty_table()
+    return pf.read_row_groups(groups).slice(first - int(starts[groups[0]]), count)

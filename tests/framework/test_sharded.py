@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from prepline.data_access import PARQUET_WRITE_OPTIONS, open_location
-from prepline.sharded import parquet_files, read_all, read_partition, read_range, shard_of_ids, shard_of_keys, write_partitioned
+from prepline.sharded import parquet_files, read_all, read_partition, read_range, read_rows, shard_of_ids, shard_of_keys, write_partitioned
 
 
 def _tables(n_files: int = 3, rows: int = 500, seed: int = 1) -> list[pa.Table]:
@@ -83,3 +83,15 @@ def test_read_all_skips_temp_files_and_empty_tables(tmp_path):
     assert parquet_files(loc, "e") == ["e/00000.parquet", "e/00001.parquet", "e/00002.parquet"]
     assert read_all(loc, "e").column("a").to_pylist() == [1, 2, 3]
     assert read_all(loc, "none") is None
+
+
+def test_read_rows_reads_only_the_row_groups_that_hold_the_rows(tmp_path):
+    t = pa.table({"id": pa.array(np.arange(1000), pa.int64())})
+    pq.write_table(t, tmp_path / "k.parquet", row_group_size=100)
+    pf = pq.ParquetFile(tmp_path / "k.parquet")
+    for first, count in ((0, 1000), (0, 100), (95, 10), (250, 300), (999, 1), (400, 0), (990, 50)):
+        assert read_rows(pf, first, count).column("id").to_pylist() == list(range(first, min(first + count, 1000))), (first, count)
+    read = []
+    pf.read_row_groups = lambda groups, **kw: read.extend(groups) or pq.ParquetFile.read_row_groups(pf, groups, **kw)
+    read_rows(pf, 250, 300)
+    assert read == [2, 3, 4, 5]

@@ -48,3 +48,16 @@ def test_repeated_ids_are_refused_like_fuzzy_dedup(tmp_path):
     write_parquet(tmp_path / "in2", "x.parquet", {"contents": ["a", "b"], "doc_id": [7, 7]})
     with pytest.raises(Exception, match="id column 'doc_id' is not unique"):
         run_transform("exact_dedup", {}, RunOptions(str(tmp_path / "in2"), str(tmp_path / "out2"), workers=1))
+
+
+def test_a_file_read_in_many_batches_gives_the_same_output(tmp_path, monkeypatch):
+    """The hash phase keeps one batch of keys (each batch's distinct keys go to the shards), the
+    final map reads only its batch's keys: duplicates across batches of one file are still found."""
+    texts = [f"text {i % 37}" for i in range(3000)]  # each text ~81 times, spread over every batch
+    write_parquet(tmp_path / "in", "a.parquet", {"contents": texts, "doc_id": list(range(3000))[::-1]})
+    whole = run_transform("exact_dedup", {}, RunOptions(str(tmp_path / "in"), str(tmp_path / "one"))).metadata
+    monkeypatch.setenv("PREPLINE_BATCH_MB", "0.002")
+    parts = run_transform("exact_dedup", {}, RunOptions(str(tmp_path / "in"), str(tmp_path / "many"))).metadata
+    assert parts["totals"]["removed"] == whole["totals"]["removed"] == {"exact_duplicate": 3000 - 37}
+    assert pq.read_table(tmp_path / "many" / "a.parquet").equals(pq.read_table(tmp_path / "one" / "a.parquet"))
+    assert sorted(pq.read_table(tmp_path / "many" / "a.parquet").column("doc_id").to_pylist()) == list(range(37))  # the smallest ids
