@@ -271,30 +271,67 @@ def _elyra_bin(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def elyra_env(tmp_path_factory):
-    """A private Jupyter/Elyra home with the catalog (directory connector) and a KFP runtime config
-    registered through the CLI, as elyra_templates/README.md says."""
+def elyra_runs(tmp_path_factory):
+    """In a private Jupyter/Elyra home, the catalog (directory connector) and a KFP runtime config
+    registered with the elyra-metadata CLI as elyra_templates/README.md says; then every
+    elyra-pipeline command of this module, run once in one Elyra process (elyra_batch.py: the
+    script's own entry point; Elyra's import paid once): for the shipped doc_id and super templates and for a
+    user's spec: validate as shipped (refused: required parameters empty; not for the user's spec),
+    validate with them filled in, export. Returns {(template, step): result}, result with "code",
+    "stdout" and "file" (the export's)."""
+    from prepline.elyra_pipeline import spec_template
+    from prepline.pipelines import spec as specs
+
     home = tmp_path_factory.mktemp("elyra-home")
     env = {**os.environ, "HOME": str(home), "JUPYTER_DATA_DIR": str(home / "data"), "JUPYTER_CONFIG_DIR": str(home / "config"),
            "JUPYTER_RUNTIME_DIR": str(home / "data" / "runtime"), "JUPYTER_PLATFORM_DIRS": "1"}
     (home / "data" / "runtime").mkdir(parents=True)
-    cmds = [
-        [_elyra_bin("elyra-metadata"), "create", "component-catalogs", "--schema_name=local-directory-catalog",
+    for argv in (
+        ["elyra-metadata", "create", "component-catalogs", "--schema_name=local-directory-catalog",
          "--display_name=prepline", "--runtime_type=KUBEFLOW_PIPELINES", f"--paths=['{CATALOG}']", "--categories=['prepline']"],
-        [_elyra_bin("elyra-metadata"), "create", "runtimes", "--schema_name=kfp", f"--name={RUNTIME}", "--display_name=prepline KFP",
+        ["elyra-metadata", "create", "runtimes", "--schema_name=kfp", f"--name={RUNTIME}", "--display_name=prepline KFP",
          "--api_endpoint=http://127.0.0.1:8888/pipeline", "--cos_endpoint=http://127.0.0.1:9000", "--cos_bucket=prepline-elyra",
          "--cos_auth_type=USER_CREDENTIALS", "--cos_username=minio", "--cos_password=minio123"],
-    ]
-    for c in cmds:
-        r = subprocess.run(c, env=env, capture_output=True, text=True, timeout=300, cwd=home)
+    ):  # the README's commands, as they are typed
+        r = subprocess.run([_elyra_bin(argv[0]), *argv[1:]], env=env, capture_output=True, text=True, timeout=300, cwd=home)
         assert r.returncode == 0, r.stdout + r.stderr
-    return env, home
+    steps, argvs = [], []
+    d = tmp_path_factory.mktemp("elyra-runs")
+    (d / "mine.pipeline").write_text(json.dumps(spec_template(specs.load(ROOT / "tests" / "pipelines" / "mine.yaml"))))
+    for template, source in (("doc_id", TEMPLATES / "doc_id.pipeline"), ("super", TEMPLATES / "super.pipeline"), ("mine", d / "mine.pipeline")):
+        filled = _fill(source, d / "filled" / f"{template}.pipeline")
+        out = d / f"{template}.yaml"
+        todo = [("validate", ["validate", "--runtime-config", RUNTIME, str(filled)]),
+                ("export", ["export", "--runtime-config", RUNTIME, "--output", str(out), str(filled)])]
+        if template != "mine":
+            todo.insert(0, ("shipped", ["validate", "--runtime-config", RUNTIME, str(source)]))
+        for step, argv in todo:
+            steps.append((template, step, out))
+            argvs.append(["elyra-pipeline", *argv])
+    python = Path(_elyra_bin("elyra-pipeline")).parent / "python"
+    r = subprocess.run([str(python), str(Path(__file__).parent / "elyra_batch.py"), json.dumps(argvs)], env=env, cwd=home,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    results = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert len(results) == len(steps), r.stdout[-3000:] + r.stderr[-3000:]
+    runs = {}
+    for (template, step, out), res in zip(steps, results):
+        print(f"{template} {step}: exit {res['code']} in {res['seconds']:.1f}s")
+        runs[(template, step)] = {**res, "file": out}
+    return runs
 
 
-def _elyra(env, home, *args) -> tuple[subprocess.CompletedProcess, float]:
-    t0 = time.time()
-    r = subprocess.run([_elyra_bin("elyra-pipeline"), *args], env=env, capture_output=True, text=True, timeout=600, cwd=home)
-    return r, time.time() - t0
+def _fill(source: Path, path: Path) -> Path:
+    """The template with the required pipeline parameters filled in, as the editor's pipeline
+    properties panel stores them."""
+    doc = json.loads(source.read_text())
+    filled = {"input_path": "s3://bucket/in", "work_root": "s3://bucket/work"}
+    for pp in doc["pipelines"][0]["app_data"]["properties"]["pipeline_parameters"]:
+        if pp["name"] in filled:
+            pp["value"] = filled[pp["name"]]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+    return path
 
 
 def _graph(tasks: dict, container, const) -> dict[tuple[str, str], set[tuple[str, str]]]:
@@ -360,13 +397,11 @@ def _order_names(tasks: dict) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("template", ["doc_id", "super"])
-def test_elyra_validates_and_exports_with_our_stage_structure(template, elyra_env, tmp_path):
-    env, home = elyra_env
-    shipped = TEMPLATES / f"{template}.pipeline"
+def test_elyra_validates_and_exports_with_our_stage_structure(template, elyra_runs):
     # input_path and work_root have no default (no /tmp): Elyra refuses the template until they are filled in
-    r, _ = _elyra(env, home, "validate", "--runtime-config", RUNTIME, str(shipped))
-    assert r.returncode != 0 and "input_path" in r.stdout and "work_root" in r.stdout and "required" in r.stdout, r.stdout[-3000:]
-    spec, tasks, container, const, out = _export(env, home, tmp_path, template, shipped)
+    r = elyra_runs[(template, "shipped")]
+    assert r["code"] != 0 and "input_path" in r["stdout"] and "work_root" in r["stdout"] and "required" in r["stdout"], r["stdout"][-3000:]
+    spec, tasks, container, const, out = _export(elyra_runs, template)
     assert _graph(tasks, container, const) == _expected(template)
 
     # the same run-id placeholder as the compiled pipelines, the launcher image (trainer image: fine_tune), no caching
@@ -408,22 +443,14 @@ def test_elyra_validates_and_exports_with_our_stage_structure(template, elyra_en
         assert tasks[k]["inputs"]["parameters"]["s3_credentials"] == {"componentInputParameter": "s3_credentials"}
 
 
-def _export(env, home, tmp_path, template: str, source: Path):
-    """Fill in the required pipeline parameters, validate and export with the real Elyra CLI;
+def _export(runs: dict, template: str):
+    """The template (required parameters filled in) validated and exported by the real Elyra CLI;
     returns (KFP spec, root tasks, container-of-task, constant-of-task, the exported file)."""
-    doc = json.loads(source.read_text())
-    filled = {"input_path": "s3://bucket/in", "work_root": "s3://bucket/work"}
-    for pp in doc["pipelines"][0]["app_data"]["properties"]["pipeline_parameters"]:
-        if pp["name"] in filled:
-            pp["value"] = filled[pp["name"]]  # what the editor's pipeline properties panel stores
-    path = tmp_path / f"{template}.pipeline"
-    path.write_text(json.dumps(doc))
-    r, t_validate = _elyra(env, home, "validate", "--runtime-config", RUNTIME, str(path))
-    assert r.returncode == 0 and "validation SUCCEEDED" in r.stdout, r.stdout[-4000:] + r.stderr[-4000:]
-    out = tmp_path / f"{template}.yaml"
-    r, t_export = _elyra(env, home, "export", "--runtime-config", RUNTIME, "--output", str(out), str(path))
-    assert r.returncode == 0 and out.exists(), r.stdout[-4000:] + r.stderr[-4000:]
-    print(f"{template}: validate {t_validate:.1f}s, export {t_export:.1f}s")
+    r = runs[(template, "validate")]
+    assert r["code"] == 0 and "validation SUCCEEDED" in r["stdout"], r["stdout"][-4000:]
+    r = runs[(template, "export")]
+    out = r["file"]
+    assert r["code"] == 0 and out.exists(), r["stdout"][-4000:]
     spec = next(d for d in yaml.safe_load_all(out.read_text()) if d)
     tasks = spec["root"]["dag"]["tasks"]
     execs = spec["deploymentSpec"]["executors"]
@@ -439,18 +466,15 @@ def _export(env, home, tmp_path, template: str, source: Path):
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_a_users_spec_compiles_to_a_template_elyra_validates(elyra_env, tmp_path):
+def test_a_users_spec_compiles_to_a_template_elyra_validates(elyra_runs):
     """A spec with stages removed and one reordered (tests/pipelines/mine.yaml: test_local_run.py runs
     it end to end, test_spec.py compiles it with `prepline pipeline compile --elyra`): its template
     validates and exports with the real Elyra CLI, in the spec's order."""
-    from prepline.elyra_pipeline import spec_template
     from prepline.pipelines import spec as specs
 
-    env, home = elyra_env
     mine = specs.load(ROOT / "tests" / "pipelines" / "mine.yaml")
     assert mine.order() == ["ingest", "lang_id", "filter", "doc_quality"]
-    (tmp_path / "mine.pipeline").write_text(json.dumps(spec_template(mine)))
-    spec, tasks, container, const, _ = _export(env, home, tmp_path, "mine", tmp_path / "mine.pipeline")
+    spec, tasks, container, const, _ = _export(elyra_runs, "mine")
     graph = _graph(tasks, container, const)
     assert graph[("doc_quality", "en")] == {("filter", "en")} and graph[("filter", "en")] == {("lang_id", "")}
     assert graph[("lang_id", "")] == {("ingest", "")} and graph[("ingest", "")] == {("plan", "")}
