@@ -40,10 +40,14 @@ def _real_job_api(p: LocalProvider, name: str) -> None:
         c.info("no-such-job")
 
 
-def _ray_pids() -> set[int]:
-    """Ray processes of this venv (other checkouts on a shared machine run Ray heads of their own)."""
-    out = subprocess.run(["pgrep", "-f", f"{sys.prefix}/.*(raylet|gcs_server)"], capture_output=True, text=True).stdout
-    return {int(p) for p in out.split()}
+def _ray_pids(temp_dirs: list[str]) -> set[int]:
+    """The raylet and GCS processes of the heads whose Ray temp dirs are given (their command lines
+    name them): not those of other tests' or other checkouts' heads on the same machine."""
+    pids = set()
+    for temp in temp_dirs:
+        out = subprocess.run(["pgrep", "-f", f"{sys.prefix}/.*(raylet|gcs_server).*{temp}"], capture_output=True, text=True).stdout
+        pids |= {int(p) for p in out.split()}
+    return pids
 
 
 def _wait(p, name, job_id, timeout=120):
@@ -61,13 +65,15 @@ def _wait(p, name, job_id, timeout=120):
 @pytest.mark.integration
 def test_two_heads_at_once_each_run_a_job_and_stop_cleanly(tmp_path, monkeypatch):
     monkeypatch.setenv("PREPLINE_LOCAL_CLUSTERS", str(tmp_path / "state"))
-    before = _ray_pids()
     p = LocalProvider(num_cpus=1)
     names = [cluster_name("run-1", "doc_id", "en"), cluster_name("run-1", "doc_id", "ja")]
+    temps: list[str] = []
     try:
         for n in names:
             p.create(ClusterSpec(name=n, labels={"prepline.dev/run": "run-1", "prepline.dev/managed": "true"}))
         infos = [p.wait_ready(n) for n in names]
+        temps = [p._load(n)["temp_dir"] for n in names]
+        assert all(_ray_pids([t]) for t in temps)  # each head's raylet and GCS are found by its temp dir
         assert len({i.job_address for i in infos}) == 2 and all(i.job_address.startswith("http://127.0.0.1:") for i in infos)
         jobs = [p.submit_job(n, "default", f"python -c \"import sys; print('hello from', sys.executable)\"") for n in names]
         for n, j in zip(names, jobs):
@@ -79,7 +85,7 @@ def test_two_heads_at_once_each_run_a_job_and_stop_cleanly(tmp_path, monkeypatch
         assert [c.name for c in p.list(labels={"prepline.dev/run": "run-1"})] == sorted(names)
         # every listener of these heads is on loopback
         ss = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout
-        ours = [l for l in ss.splitlines() if any(f"pid={pid}," in l for pid in _ray_pids() - before)]
+        ours = [l for l in ss.splitlines() if any(f"pid={pid}," in l for pid in _ray_pids(temps))]
         loopback = re.compile(r"^(127\.0\.0\.1|\[::ffff:127\.0\.0\.1\]|\[::1\]):\d+$")
         assert ours and all(loopback.match(l.split()[3]) for l in ours), ours
         # the sweep (for runs killed before their exit task) finds them by label and deletes them
@@ -90,7 +96,7 @@ def test_two_heads_at_once_each_run_a_job_and_stop_cleanly(tmp_path, monkeypatch
         for n in names:
             p.delete(n)
     deadline = time.time() + 20
-    while _ray_pids() - before and time.time() < deadline:
+    while _ray_pids(temps) and time.time() < deadline:
         time.sleep(0.5)
-    assert not (_ray_pids() - before), "a Ray process was left behind"
+    assert not _ray_pids(temps), "a Ray process was left behind"
     assert p.list() == [] and not p.delete(names[0])

@@ -149,7 +149,9 @@ class LocalProvider(ClusterProvider):
         cpus = self.num_cpus or max(1, min(os.cpu_count() or 1, int(spec.head.cpus() + spec.workers.replicas * spec.workers.cpus())))
         ray = str(Path(sys.executable).parent / "ray")
         cmd = [
-            ray, "start", "--head", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+            # --no-monitor: no autoscaler monitor process (ray/_private/node.py start_head_processes starts
+            # one unless no_monitor): a local head never scales, and it saves ~0.5 s of each start
+            ray, "start", "--head", "--block", "--disable-usage-stats", "--no-monitor", "--node-ip-address=127.0.0.1",
             f"--temp-dir={temp}", f"--num-cpus={cpus}", f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
             "--include-dashboard=true", "--dashboard-host=127.0.0.1",
             f"--port={ports['gcs']}", f"--dashboard-port={ports['dashboard']}", f"--ray-client-server-port={ports['client']}",
