@@ -173,3 +173,17 @@ def ray_session():
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 * 1024, configure_logging=False)
     yield ray
     ray.shutdown()
+
+
+#: test files that take minutes: run first, so that with several pytest-xdist workers
+#: (scripts/test.sh) the other workers share the rest of the suite meanwhile instead of waiting
+#: for them at the end
+LONGEST_FIRST = ("pipelines/test_super_local.py", "faults/test_faults.py", "pipelines/test_local_run.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        path = str(item.path)
+        return next((i for i, f in enumerate(LONGEST_FIRST) if path.endswith(f)), len(LONGEST_FIRST))
+
+    items.sort(key=rank)  # stable: the collection order otherwise
