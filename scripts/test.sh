@@ -11,9 +11,10 @@ if [ "${PREPLINE_ELYRA:-1}" != 0 ]; then
 fi
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_USAGE_STATS_ENABLED=0
 # two pytest-xdist workers (PREPLINE_TEST_WORKERS=0: one process): much of the suite waits on
-# subprocesses, Ray heads and timeouts; a test file stays on one worker (module fixtures run once)
+# subprocesses, Ray heads and timeouts; a test file stays on one worker (module fixtures run once),
+# and files go out in collection order (tests/conftest.py puts the minutes-long ones first)
 workers="${PREPLINE_TEST_WORKERS:-2}"
 if [ "$workers" = 0 ]; then
   exec .venv/bin/python -m pytest "$@"
 fi
-exec .venv/bin/python -m pytest -n "$workers" --dist loadfile "$@"
+exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder "$@"

@@ -175,10 +175,10 @@ def ray_session():
     ray.shutdown()
 
 
-#: test files that take minutes: run first, so that with several pytest-xdist workers
-#: (scripts/test.sh) the other workers share the rest of the suite meanwhile instead of waiting
-#: for them at the end
-LONGEST_FIRST = ("pipelines/test_super_local.py", "faults/test_faults.py", "pipelines/test_local_run.py")
+#: the test file that takes minutes: first, so that with two pytest-xdist workers
+#: (scripts/test.sh) the other worker shares out the rest of the suite meanwhile instead of
+#: waiting for it at the end
+LONGEST_FIRST = ("pipelines/test_super_local.py",)
 
 
 def pytest_collection_modifyitems(config, items):
