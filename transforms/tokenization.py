@@ -51,7 +51,7 @@ from prepline.sharded import parquet_files
 from prepline.tokens.indexed import bin_name, document_stream, idx_name, index_bytes, token_dtype
 from prepline.tokens.output import TOKENS_DIR, Source, list_parts, part_dir, part_name, write_tokens_dir
 from prepline.tokens.tokenizer import (TOKENIZER_FILE, LoadedTokenizer, build_tokenizer, no_text, prefix_within,
-                                       sample_documents, texts_in_batches, train_bpe, vocab_size_of)
+                                       sample_documents, texts_in_batches, train_bpe)
 from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform
 
 #: characters of text per encode_batch call (bounds the memory of the Encoding objects)
@@ -285,7 +285,7 @@ class Tokenization(Transform):
     def setup(self, ctx) -> None:
         self._tok = self._load(ctx)
         self._enc = _Encoder(self._tok.tokenizer, self.config.chunk_chars)
-        self._dtype = token_dtype(vocab_size_of(self._tok.tokenizer))
+        self._dtype = token_dtype(self._tok.vocab_size)
         self._work = ctx.work
 
     def transform(self, table: pa.Table, task: FileTask) -> Output:
@@ -318,7 +318,7 @@ class Tokenization(Transform):
         if not self.config.write_tokens:
             return {}
         lt = self._load(ctx)
-        vocab_size = vocab_size_of(lt.tokenizer)
+        vocab_size = lt.vocab_size
         final = results.get("final", {})
         sources = [Source(final[rel]["outputs"][0], list_parts(ctx.work, rel), final[rel]["docs_out"])
                    for rel in sorted(final) if final[rel]["outputs"]]

@@ -44,7 +44,9 @@ STAGES = [
     PeerStage("doc_quality", "corpus"),
     PeerStage("filter", "corpus", {"criteria": CRITERIA}),
     PeerStage("lang_id", "corpus"),
-    PeerStage("tokenization", "corpus", {"tokenizer": "<tokenizer_dir>"}),
+    # the training output (the Megatron dataset, as datatrove writes its token files) and num_tokens,
+    # without the optional Parquet column of token lists (the super pipeline's setting; DPK's output is that column)
+    PeerStage("tokenization", "corpus", {"tokenizer": "<tokenizer_dir>", "tokens_column": ""}),
 ]
 
 

@@ -48,6 +48,7 @@ class LoadedTokenizer:
     source: str  # where it came from (for index.json)
     eos_id: int
     eos_token: str
+    vocab_size: int  # highest id of the vocabulary (added tokens included) + 1
 
 
 def _split_uri(uri: str) -> tuple[str, str]:
@@ -205,12 +206,7 @@ def build_tokenizer(spec: str, eos_token: str = "", work_json: str | None = None
     # a tokenizer.json saved for a classifier may truncate and pad: whole documents are wanted
     tok.no_truncation()
     tok.no_padding()
-    return LoadedTokenizer(tok, text, source, int(vocab[eos]), eos)
-
-
-def vocab_size_of(tok) -> int:
-    """Highest id of the vocabulary (added tokens included) + 1."""
-    return max(tok.get_vocab(with_added_tokens=True).values()) + 1
+    return LoadedTokenizer(tok, text, source, int(vocab[eos]), eos, max(vocab.values()) + 1)
 
 
 def train_bpe(texts: Iterable[list[str]] | list[str], vocab_size: int):
