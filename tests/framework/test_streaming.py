@@ -136,3 +136,34 @@ def test_unsupported_scheme_is_refused_before_anything_runs(tmp_path):
     with pytest.raises(ConfigError, match="scheme 'ftp://' is not supported"):
         run_transform("doc_id", {}, RunOptions("ftp://host/in", str(tmp_path / "out"), workers=1, progress=False))
     assert not (tmp_path / "out").exists()
+
+
+def test_unique_ids_checked_batch_by_batch_in_little_memory():
+    """UniqueIds (exact and fuzzy dedup's map phases) finds an id repeated in any two batches of a
+    file; dense ids cost a byte each of their range, not 8 bytes each and a sort of the whole file."""
+    from prepline.transform import UniqueIds
+
+    def check(batches) -> str | None:
+        u = UniqueIds("f.parquet", "doc_id")
+        try:
+            for b in batches:
+                u.add(np.asarray(b, np.int64))
+            u.check()
+        except InputError as e:
+            return e.message
+        return None
+
+    up = [range(a, a + 1000) for a in range(10_000, 110_000, 1000)]
+    assert check(up) is None and check(up[::-1]) is None  # growing upwards, then downwards
+    assert check([*up[:50], [10_500], *up[50:]]) == "f.parquet: id column 'doc_id' is not unique (e.g. id 10500 appears more than once)"
+    assert "id 109999 appears" in check([*up[::-1], [5, 109_999]])  # a repeat after growing downwards
+    assert "id 7 appears" in check([[1, 7, 7]])  # within a batch
+    u = UniqueIds("f.parquet", "doc_id")
+    for b in up:
+        u.add(np.asarray(b, np.int64))
+    assert u.seen.nbytes <= 2 * 100_000 and u.sparse is None  # a byte per id of the range (room: at most twice)
+    # sparse ids (a hash, a timestamp): kept as they are, checked at the end
+    sparse = [np.arange(k, 10**12, 10**9, dtype=np.int64) for k in range(5)]
+    assert check(sparse) is None
+    assert "id 1000000003 appears" in check([*sparse, [10**9 + 3]])
+    assert check([[], [5], []]) is None
