@@ -51,7 +51,7 @@ from prepline.sharded import parquet_files
 from prepline.tokens.indexed import bin_name, document_stream, idx_name, index_bytes, token_dtype
 from prepline.tokens.output import TOKENS_DIR, Source, list_parts, part_dir, part_name, write_tokens_dir
 from prepline.tokens.tokenizer import (TOKENIZER_FILE, LoadedTokenizer, build_tokenizer, no_text, prefix_within,
-                                       sample_documents, texts_in_batches, train_bpe)
+                                       sample_streamed, texts_in_batches, train_bpe)
 from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform
 
 #: characters of text per encode_batch call (bounds the memory of the Encoding objects)
@@ -241,8 +241,8 @@ class Tokenization(Transform):
 
     def sample_file(self, task: FileTask, ctx) -> dict:
         c = self.config
-        arr = ctx.read_input(task, self, [c.content_column]).column(c.content_column).combine_chunks()
-        sample = sample_documents(arr, c.seed, task.rel, c.train_chars_per_file)
+        texts = lambda: (t.column(c.content_column) for t in ctx.iter_input(task, self, [c.content_column]))  # noqa: E731
+        sample = sample_streamed(texts, c.seed, task.rel, c.train_chars_per_file)  # two passes, batch by batch
         ctx.work.write_parquet(f"train/{task.rel}", sample)
         return {"docs": sample.num_rows, "chars": int(pc.sum(sample.column("chars")).as_py() or 0)}
 

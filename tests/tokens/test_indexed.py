@@ -135,3 +135,23 @@ def test_our_writer_and_megatron_cores_write_the_same_bytes(tmp_path, megatron):
         assert Path(prefix + ".idx").read_bytes() == index_bytes(lengths, dtype)
         ours = Dataset(open_location(str(tmp_path)), f"mc{vocab}")  # and our reader reads what megatron-core wrote
         assert len(ours) == len(lengths) and np.array_equal(ours.tokens, stream) and ours.index.dtype == dtype
+
+
+def test_the_index_written_piece_by_piece_is_the_same_bytes():
+    """write_tokens_dir streams the merged .idx part by part (memory follows a part): the same bytes
+    as index_bytes of every length at once (which megatron-core's builder writes, test above)."""
+    import hashlib
+    import io
+
+    from prepline.tokens.indexed import write_index
+
+    rng = np.random.default_rng(7)
+    for dtype in (np.dtype(np.uint16), np.dtype(np.int32)):
+        pieces = [rng.integers(1, 5000, int(n)).astype(np.int32) for n in (3, 0, 1, 40, 0, 17)]
+        lengths = np.concatenate(pieces)
+        f = io.BytesIO()
+        sha = write_index(f, lambda: iter(pieces), len(lengths), dtype)
+        assert f.getvalue() == index_bytes(lengths, dtype) and sha == hashlib.sha256(f.getvalue()).hexdigest()
+    f = io.BytesIO()
+    write_index(f, lambda: iter([]), 0, np.dtype(np.uint16))
+    assert f.getvalue() == index_bytes(np.zeros(0, np.int32), np.dtype(np.uint16))

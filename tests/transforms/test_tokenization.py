@@ -160,6 +160,16 @@ def test_files_read_in_many_batches_give_the_same_dataset(runs, sample, tmp_path
     assert m["totals"]["counters"] == runs["m1"]["totals"]["counters"]
 
 
+def test_a_trained_tokenizer_is_the_same_when_files_are_read_in_many_batches(runs, sample, tmp_path, monkeypatch):
+    """The sample phase reads its file batch by batch (twice: lengths, then the sampled rows), not
+    its whole text column: the sample, so the tokenizer and the whole dataset, are the same."""
+    monkeypatch.setenv("PREPLINE_BATCH_MB", "0.01")  # ~10 KB batches: many per file
+    m = run(sample, tmp_path / "o").metadata
+    assert m["plan"] == runs["m1"]["plan"]  # the same training documents and characters
+    assert tokens_tree(tmp_path / "o") == tokens_tree(runs["w1"])  # tokenizer.json, .bin, .idx, index.json
+    assert read_out(tmp_path / "o").equals(read_out(runs["w1"]))
+
+
 def test_document_stream_puts_eos_after_non_empty_documents():
     values = np.array([5, 6, 7, 8, 9], np.int32)
     counts = np.array([2, 0, 3, 0])  # docs [5, 6], [], [7, 8, 9], []

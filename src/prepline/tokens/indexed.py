@@ -18,9 +18,11 @@ Documents with no ids are left out (they would hold nothing but the end-of-docum
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -81,6 +83,29 @@ def index_bytes(lengths: np.ndarray, dtype: np.dtype) -> bytes:
         np.cumsum(lengths[:-1] * dtype.itemsize, out=pointers[1:])
     header = _HEADER.pack(MAGIC, VERSION, CODES[np.dtype(dtype)], n, n + 1)
     return b"".join((header, lengths.astype(np.int32).tobytes(), pointers.tobytes(), np.arange(n + 1, dtype=np.int64).tobytes()))
+
+
+def write_index(f, pieces: Callable[[], Iterator[np.ndarray]], count: int, dtype: np.dtype) -> str:
+    """Write to ``f`` the ``.idx`` of :func:`index_bytes` for ``count`` sequences whose lengths
+    ``pieces()`` gives piece by piece (it is called twice: the lengths, then the pointers), so memory
+    follows a piece, not the dataset (20 bytes a document). Returns the SHA-256 of what it wrote."""
+    h = hashlib.sha256()
+
+    def put(b: bytes) -> None:
+        f.write(b)
+        h.update(b)
+
+    put(_HEADER.pack(MAGIC, VERSION, CODES[np.dtype(dtype)], count, count + 1))
+    for lengths in pieces():
+        put(np.asarray(lengths, np.int32).tobytes())
+    offset = 0
+    for lengths in pieces():
+        ends = offset + np.cumsum(np.asarray(lengths, np.int64) * dtype.itemsize)
+        put(np.r_[offset, ends[:-1]].astype(np.int64).tobytes() if len(ends) else b"")
+        offset = int(ends[-1]) if len(ends) else offset
+    for a in range(0, count + 1, 1 << 20):
+        put(np.arange(a, min(count + 1, a + (1 << 20)), dtype=np.int64).tobytes())
+    return h.hexdigest()
 
 
 def parse_index(data, where: str) -> Index:

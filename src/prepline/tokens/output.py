@@ -24,7 +24,7 @@ import numpy as np
 
 from prepline.data_access import Location, open_location
 from prepline.errors import InputError
-from prepline.tokens.indexed import Dataset, bin_name, idx_name, index_bytes, parse_index
+from prepline.tokens.indexed import Dataset, bin_name, idx_name, parse_index, write_index
 from prepline.tokens.tokenizer import TOKENIZER_FILE, LoadedTokenizer, tokenizers_version
 
 TOKENS_DIR = "tokens"
@@ -65,30 +65,37 @@ class Source:
 def write_tokens_dir(work: Location, out: Location, sources: list[Source], lt: LoadedTokenizer, dtype: np.dtype,
                      vocab_size: int) -> dict:
     """Merge the parts of ``sources`` (in this order) into ``out``'s one prefix; write the tokenizer
-    and ``index.json``; return the summary for metadata.json. The ``.bin`` is streamed part by part."""
-    idxs = {p: _part_index(work, p, dtype) for s in sources for p in s.parts}
-    lengths = np.concatenate([idxs[p].lengths for p in idxs]) if idxs else np.zeros(0, np.int32)
+    and ``index.json``; return the summary for metadata.json. The ``.bin`` is streamed part by part,
+    and so is the ``.idx`` (each part's index is read again where it is needed: memory follows a
+    part, not the dataset)."""
+    parts = [p for s in sources for p in s.parts]
+    sizes = {}  # part -> (documents, tokens, sequences)
+    for p in parts:
+        i = _part_index(work, p, dtype)
+        sizes[p] = (i.num_documents, i.num_tokens, len(i.lengths))
     out.delete("")  # idempotent: a rerun rewrites everything
     h = hashlib.sha256()
     with out.open_output(bin_name(PREFIX)) as f:
-        for p, i in idxs.items():
+        for p in parts:
             data = work.read_bytes(bin_name(p))
-            if len(data) != i.num_tokens * dtype.itemsize:
+            if len(data) != sizes[p][1] * dtype.itemsize:
                 raise InputError(f"{work.path(bin_name(p))} has {len(data):,} bytes, its index says "
-                                 f"{i.num_tokens * dtype.itemsize:,}", "rerun the stage with --overwrite")
+                                 f"{sizes[p][1] * dtype.itemsize:,}", "rerun the stage with --overwrite")
             f.write(data)
             h.update(data)
-    idx = index_bytes(lengths, dtype)
-    out.write_bytes(idx_name(PREFIX), idx)
+            del data
+    num_documents = sum(n for _, _, n in sizes.values())  # one sequence per document
+    with out.open_output(idx_name(PREFIX)) as f:
+        idx_sha = write_index(f, lambda: (_part_index(work, p, dtype).lengths for p in parts), num_documents, dtype)
     tok_bytes = lt.json_text.encode("utf-8")
     out.write_bytes(TOKENIZER_FILE, tok_bytes)
     listing, first = [], 0
     for s in sources:
-        docs, tokens = sum(idxs[p].num_documents for p in s.parts), sum(idxs[p].num_tokens for p in s.parts)
+        docs, tokens = sum(sizes[p][0] for p in s.parts), sum(sizes[p][1] for p in s.parts)
         listing.append({"file": s.file, "documents": s.documents, "empty_documents": s.documents - docs,
                         "first_document": first, "tokens": tokens})
         first += docs
-    warnings = [] if len(lengths) else ["no document has any token: the dataset is empty"]
+    warnings = [] if num_documents else ["no document has any token: the dataset is empty"]
     index = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
@@ -101,11 +108,11 @@ def write_tokens_dir(work: Location, out: Location, sources: list[Source], lt: L
         "tokenizer_source": lt.source,
         "tokenizer_sha256": hashlib.sha256(tok_bytes).hexdigest(),
         "tokenizers_version": tokenizers_version(),
-        "num_documents": int(len(lengths)),
+        "num_documents": int(num_documents),
         "empty_documents": sum(r["empty_documents"] for r in listing),
-        "num_tokens": int(lengths.sum(dtype=np.int64)),
+        "num_tokens": int(sum(t for _, t, _ in sizes.values())),
         "bin_sha256": h.hexdigest(),
-        "idx_sha256": hashlib.sha256(idx).hexdigest(),
+        "idx_sha256": idx_sha,
         "sources": listing,
         "warnings": warnings,
     }

@@ -27,15 +27,16 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from prepline.config import TransformConfig, param
-from prepline.context import FileTask, read_checked
+from prepline.context import FileTask, iter_checked
 from prepline.data_access import FileInfo, Location, open_location
 from prepline.errors import ConfigError, InputError
-from prepline.tokens.tokenizer import (TOKENIZER_FILE, no_text, sample_documents, texts_in_batches, tokenizers_version,
+from prepline.tokens.tokenizer import (TOKENIZER_FILE, no_text, sample_streamed, texts_in_batches, tokenizers_version,
                                        train_bpe)
 from prepline.transform import Column
 
@@ -70,9 +71,10 @@ class _Reader:
     def check_schema(self, schema: pa.Schema, where: str) -> None:
         self.input_columns()[0].check(schema, where, "content_column")
 
-    def read(self, loc: Location, f: FileInfo) -> pa.Array:
+    def batches(self, loc: Location, f: FileInfo) -> Callable[[], Iterator[pa.ChunkedArray]]:
+        """The file's text column, batch by batch (for :func:`sample_streamed`, which reads it twice)."""
         task = FileTask(loc.path(f.rel), f.rel, f.size)
-        return read_checked(loc, task, self, [self.column]).column(self.column).combine_chunks()
+        return lambda: (t.column(self.column) for t in iter_checked(loc, task, self, [self.column]))
 
 
 def _listings(inputs: list[str]) -> list[tuple[Location, list[FileInfo]]]:
@@ -111,7 +113,7 @@ def _sample_input(i: int, loc: Location, files: list[FileInfo], quota: int, cfg:
         if left <= 0:
             break
         f = files[int(j)]
-        sample = sample_documents(reader.read(loc, f), cfg.seed, f"{i}/{f.rel}", min(cfg.chars_per_file, left))
+        sample = sample_streamed(reader.batches(loc, f), cfg.seed, f"{i}/{f.rel}", min(cfg.chars_per_file, left))
         read += 1
         if sample.num_rows:
             tables.append(sample)

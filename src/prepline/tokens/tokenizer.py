@@ -18,7 +18,7 @@ import json
 import posixpath
 import zlib
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -243,13 +243,53 @@ def sample_documents(arr: pa.Array, seed: int, key: str, chars: int) -> pa.Table
     path); documents are taken in that order until ``chars`` is reached, each cut to
     :data:`TRAIN_DOC_CHARS`. Returns a table ``text`` (string), ``chars`` (int64).
     """
-    lens = np.minimum(pc.utf8_length(arr).to_numpy(zero_copy_only=False).astype(np.int64), TRAIN_DOC_CHARS)
-    rng = np.random.default_rng([seed, zlib.crc32(key.encode("utf-8"))])
-    order = rng.permutation(len(arr))
-    order = order[lens[order] > 0]
-    k = min(int(np.searchsorted(np.cumsum(lens[order]), chars)) + 1, order.size) if chars > 0 else 0
-    texts = pc.utf8_slice_codeunits(arr.take(pa.array(order[:k], pa.int64())), 0, TRAIN_DOC_CHARS)
-    return pa.table({"text": texts, "chars": pa.array(lens[order[:k]], pa.int64())})
+    return sample_streamed(lambda: iter([arr]), seed, key, chars)
+
+
+def sample_streamed(batches: Callable[[], Iterator[pa.Array | pa.ChunkedArray]], seed: int, key: str, chars: int) -> pa.Table:
+    """:func:`sample_documents` of a file read batch by batch, the same table: ``batches()`` gives
+    the file's text column in order and is called twice, once for the lengths (4 bytes a
+    document, plus the seeded permutation's 8) and once to take the sampled documents, so memory
+    follows the batch and the sample, not the file."""
+    lens = [np.minimum(pc.utf8_length(a).to_numpy(zero_copy_only=False), TRAIN_DOC_CHARS).astype(np.int32) for a in batches()]
+    lens = np.concatenate(lens) if lens else np.zeros(0, np.int32)
+    picks = _sampled_rows(lens, seed, key, chars)
+    chosen = lens[picks].astype(np.int64)
+    del lens
+    # the second pass: each batch's sampled rows (in file order), then put in sample order
+    by_row = np.sort(picks)
+    pieces, first, kind = [], 0, pa.string()
+    for a in batches():
+        a = a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
+        kind = a.type
+        lo, hi = np.searchsorted(by_row, [first, first + len(a)])
+        if hi > lo:
+            pieces.append(pc.utf8_slice_codeunits(a.take(pa.array(by_row[lo:hi] - first, pa.int64())), 0, TRAIN_DOC_CHARS))
+        first += len(a)
+    texts = pa.concat_arrays(pieces) if pieces else pa.array([], kind)
+    texts = texts.take(pa.array(np.searchsorted(by_row, picks), pa.int64()))
+    return pa.table({"text": texts, "chars": pa.array(chosen, pa.int64())})
+
+
+def _sampled_rows(lens: np.ndarray, seed: int, key: str, chars: int) -> np.ndarray:
+    """The rows of the sample, in its order: the seeded permutation of every row, empty documents
+    skipped, until ``chars`` characters (the document that reaches it included)."""
+    order = np.random.default_rng([seed, zlib.crc32(key.encode("utf-8"))]).permutation(len(lens))
+    if chars <= 0:
+        return order[:0]
+    taken, total = [], 0
+    for a in range(0, len(order), 1 << 20):  # in pieces: no second array of the file's size
+        piece = order[a: a + (1 << 20)]
+        ln = lens[piece]
+        piece, ln = piece[ln > 0], ln[ln > 0]
+        cum = total + np.cumsum(ln, dtype=np.int64)
+        i = int(np.searchsorted(cum, chars))
+        if i < len(cum):
+            taken.append(piece[: i + 1])
+            break
+        taken.append(piece)
+        total = int(cum[-1]) if len(cum) else total
+    return np.concatenate(taken) if taken else order[:0]
 
 
 def prefix_within(sample: pa.Table, quota: int) -> int:
