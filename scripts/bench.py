@@ -208,7 +208,7 @@ def main() -> int:
         print(f"{r['docs']:>9,}/{r['files']:<4}  {r['stage']:<{width}}{r['seconds']:>9.2f}{r['docs_per_s']:>10,.0f}{r['mb_per_s']:>8.1f}{r['ratio']:>7.2f}"
               f"{r['engine_seconds']:>9.2f}{r['engine_ratio']:>7.2f}{rss}  {notes}")
     if len(sizes) > 1:
-        print_scale([r for r in rows if "[" not in r["stage"]], [d for d, _ in sizes])
+        print_scale([r for r in rows if "[" not in r["stage"]], sizes)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2, default=str))
     return 0
@@ -217,22 +217,25 @@ def main() -> int:
 GLOBAL_STAGES = ("exact_dedup", "fuzzy_dedup")
 
 
-def print_scale(rows: list[dict], sizes: list[int]) -> None:
-    """Per stage: docs/s and peak RSS at every size, the throughput spread, and (global stages) RSS growth per document."""
-    print(f"\nscale: docs/s and peak RSS MiB at {', '.join(f'{s:,}' for s in sizes)} documents")
-    print("| stage | " + " | ".join(f"{s:,} docs/s | RSS" for s in sizes) + " | docs/s spread | RSS growth / doc |")
+def print_scale(rows: list[dict], sizes: list[tuple[int, int]]) -> None:
+    """Per stage: docs/s and peak RSS at every size (docs/files), the throughput spread, and (global
+    stages) the RSS growth per added document from the first size to each other one."""
+    names = [f"{d:,}/{f}" for d, f in sizes]
+    print(f"\nscale: docs/s and peak RSS MiB at {', '.join(names)} documents/files")
+    print("| stage | " + " | ".join(f"{n} docs/s | RSS" for n in names) + " | docs/s spread | RSS growth / doc |")
     print("|---|" + "---:|---:|" * len(sizes) + "---:|---:|")
-    by = {(r["stage"], r["docs"]): r for r in rows if "peak_rss_mib" in r}
+    by = {(r["stage"], r["docs"], r.get("files")): r for r in rows if "peak_rss_mib" in r}
     for stage in dict.fromkeys(r["stage"] for r in rows if "peak_rss_mib" in r):
-        got = [by.get((stage, s)) for s in sizes]
+        got = [by.get((stage, d, f)) for d, f in sizes]
         rates = [g["docs_per_s"] for g in got if g]
         cells = [f"{g['docs_per_s']:,.0f} | {g['peak_rss_mib']:.0f}" if g else "— | —" for g in got]
         spread = f"{(max(rates) / min(rates) - 1) * 100:.0f} %" if len(rates) > 1 else "—"
-        growth = "—"
-        if stage in GLOBAL_STAGES and got[0] and got[-1]:
-            d_docs = got[-1]["docs_in"] - got[0]["docs_in"]
-            growth = f"{(got[-1]['peak_rss_mib'] - got[0]['peak_rss_mib']) * 2**20 / d_docs:.0f} B" if d_docs else "—"
-        print(f"| {stage} | " + " | ".join(cells) + f" | {spread} | {growth} |")
+        growth = []
+        for g, n in zip(got[1:], names[1:]):
+            if stage in GLOBAL_STAGES and got[0] and g and g["docs_in"] != got[0]["docs_in"]:
+                per_doc = (g["peak_rss_mib"] - got[0]["peak_rss_mib"]) * 2**20 / (g["docs_in"] - got[0]["docs_in"])
+                growth.append(f"{per_doc:.0f} B ({n})")
+        print(f"| {stage} | " + " | ".join(cells) + f" | {spread} | {', '.join(growth) or '—'} |")
 
 
 def peers(args) -> int:
