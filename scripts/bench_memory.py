@@ -130,7 +130,7 @@ def main() -> int:
                     timed([sys.executable, "-m", "prepline.cli", "run", "doc_id", "--input", str(sample), "--output", str(ids),
                            "--workers", "1", "--overwrite", "--no-progress"], "doc_id")
                 src, params = ids, specs.get(name, {}).get("params", {})
-            dst = work / name
+            dst = work / "measured" / name  # never doc_id's output that the other stages read
             load = os.getloadavg()[0]
             secs, rss = timed([sys.executable, "-m", "prepline.cli", "run", name, "--input", str(src), "--output", str(dst),
                                "--workers", "1", "--overwrite", "--no-progress", "--params", json.dumps(params)], name)
@@ -139,8 +139,7 @@ def main() -> int:
             results.setdefault(name, {})[mb] = {"seconds": secs, "peak_rss_mib": rss, "input_mb": file_mb,
                                                 "docs_in": meta["totals"]["docs_in"], "load_before": load}
             print(f"[memory] {name:<13} {file_mb:8.0f} MB file: {secs:8.1f}s  peak RSS {rss:6.0f} MiB  (load {load:.1f})", file=sys.stderr)
-            if dst != ids:
-                subprocess.run(["rm", "-rf", str(dst)], check=False)  # keep the disk small: only doc_id's output is reused
+            subprocess.run(["rm", "-rf", str(dst)], check=False)  # keep the disk small: only the inputs are kept
             if args.json:
                 Path(args.json).write_text(json.dumps(results, indent=2))
     base, top = sizes[0], sizes[-1]
