@@ -107,6 +107,7 @@ def main() -> int:
     ap.add_argument("--work", default=str(ROOT / "runs" / "bench_memory"))
     ap.add_argument("--chunk-mb", type=int, default=CHUNK_MB, help="the largest sample built at once")
     ap.add_argument("--json", default="", help="write the results here too (rewritten after every stage)")
+    ap.add_argument("--params", default="{}", help="JSON parameters over the stage benchmark's (e.g. '{\"verify\": \"none\"}')")
     args = ap.parse_args()
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     from prepline import registry
@@ -129,7 +130,7 @@ def main() -> int:
                 if not (ids / "metadata.json").exists():
                     timed([sys.executable, "-m", "prepline.cli", "run", "doc_id", "--input", str(sample), "--output", str(ids),
                            "--workers", "1", "--overwrite", "--no-progress"], "doc_id")
-                src, params = ids, specs.get(name, {}).get("params", {})
+                src, params = ids, {**specs.get(name, {}).get("params", {}), **json.loads(args.params)}
             dst = work / "measured" / name  # never doc_id's output that the other stages read
             load = os.getloadavg()[0]
             secs, rss = timed([sys.executable, "-m", "prepline.cli", "run", name, "--input", str(src), "--output", str(dst),
@@ -137,7 +138,7 @@ def main() -> int:
             file_mb = sum(f.stat().st_size for f in src.glob("part-*")) / 1e6
             meta = json.loads((dst / "metadata.json").read_text())
             results.setdefault(name, {})[mb] = {"seconds": secs, "peak_rss_mib": rss, "input_mb": file_mb,
-                                                "docs_in": meta["totals"]["docs_in"], "load_before": load}
+                                                "docs_in": meta["totals"]["docs_in"], "load_before": load, "params": params}
             print(f"[memory] {name:<13} {file_mb:8.0f} MB file: {secs:8.1f}s  peak RSS {rss:6.0f} MiB  (load {load:.1f})", file=sys.stderr)
             subprocess.run(["rm", "-rf", str(dst)], check=False)  # keep the disk small: only the inputs are kept
             if args.json:
