@@ -2,15 +2,16 @@
 
 Phases (each a set of tasks whose outputs live in the stage's work folder, so each resumes):
 
-1. ``signatures`` (per file): word (or character) k-shingles, a MinHash signature per document
-   (:mod:`prepline.minhash`, vectorised numpy), one bucket key per band. The ``(key, id)`` rows
-   go to ``num_shards`` shard files by key (the key hashes the band number and its rows).
+1. ``signatures`` (per file, batch by batch): word (or character) k-shingles, a MinHash signature
+   per document (:mod:`prepline.minhash`, vectorised numpy), one bucket key per band. Each input
+   batch's ``(key, id)`` rows go to ``num_shards`` shards by key (the key hashes the band number
+   and its rows) as they come, so a map task holds one batch, never its file's keys.
 2. ``buckets`` (per shard): documents that share a key in some band are candidate pairs. With
    verification, buckets of up to 16 documents give all their pairs, larger ones a star (the
    smallest id with every other) and a chain (neighbours in id order), so a bucket of ``m``
    documents gives ``O(m)`` pairs. Without verification the star alone (same components).
-3. ``extract`` (per file, with verification): the documents that are in a candidate pair are
-   read again and their shingle set (or signature) goes to a shard by id.
+3. ``extract`` (per file, batch by batch, with verification): the documents that are in a
+   candidate pair are read again and their shingle set (or signature) goes to a shard by id.
 4. ``verify_a`` / ``verify_b`` (per shard): a two-step join brings both documents' shingle
    sets to each pair, so no task holds more than its shard; a pair is a duplicate edge when
    its true Jaccard similarity (``verify=jaccard``) or its MinHash estimate
@@ -46,8 +47,9 @@ from prepline.config import TransformConfig, param
 from prepline.errors import ConfigError, InputError
 from prepline.graph import connected_components
 from prepline.registry import register
-from prepline.sharded import iter_partition, parquet_files, read_all, read_partition, read_range, shard_of_ids, shard_of_keys, write_partitioned
-from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform, require_unique_ids
+from prepline.sharded import (SortedFile, iter_partition, parquet_files, read_all, read_partition, read_range, shard_of_ids,
+                               shard_of_keys, write_partitioned)
+from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform, UniqueIds
 
 REASON = "near_duplicate"
 REASON_UNIQUE = "not_near_duplicate"
@@ -57,7 +59,7 @@ ALL_PAIRS_MAX = 16  # buckets up to this size give all their pairs for verificat
 # shingles by characters only text in scripts of 3-byte characters, about 13 bytes per byte)
 BATCH_BYTES = {"word": 2 << 20, "auto": 2 << 20, "char": 512 << 10}
 PAIR_BATCH = 1 << 20  # shingle values per batch of the vectorised Jaccard (about 24 bytes of temporaries each)
-VERIFY_CHUNK = 4 << 20  # shingle values of the a-side per chunk of verify_a's output (16 MiB): bounded verify memory
+VERIFY_CHUNK = 2 << 20  # shingle values of the a-side per chunk of verify_a's output (8 MiB): bounded verify memory
 CLUSTERS = "clusters.parquet"
 
 
@@ -225,31 +227,44 @@ def _jaccard_pairs(va: pa.Array, vb: pa.Array) -> np.ndarray:
 
 
 class _Docs:
-    """One shard's candidate documents (id -> shingle set or signature), sorted by id for lookups."""
+    """One shard's candidate documents (id -> shingle set or signature), for lookups by id.
+
+    Kept as read, one chunk per batch of an extract task, and never concatenated (Arrow's take on a chunked
+    array copies all of it first): a lookup takes from each chunk what it needs."""
 
     def __init__(self, t: pa.Table | None):
-        if t is None:
-            self.ids, self.v = np.zeros(0, np.int64), pa.array([], pa.large_list(pa.uint32()))
-            self._len = np.zeros(0, np.int64)
-            return
-        ids = t.column("id").to_numpy()
-        order = np.argsort(ids, kind="stable")
-        self.ids = ids[order]
-        self.v = t.column("v").combine_chunks().take(pa.array(order))
-        self._len = pc.list_value_length(self.v).to_numpy(zero_copy_only=False).astype(np.int64)
+        chunks = [] if t is None else [c for c in t.column("v").chunks if len(c)]
+        self.chunks = chunks
+        self.starts = np.cumsum([0] + [len(c) for c in chunks])
+        ids = np.zeros(0, np.int64) if t is None else t.column("id").to_numpy()
+        self.order = np.argsort(ids, kind="stable")  # row of the i-th smallest id
+        self.ids = ids[self.order]
+        self._len = (np.concatenate([pc.list_value_length(c).to_numpy() for c in chunks]).astype(np.int64)
+                     if chunks else np.zeros(0, np.int64))
 
     def find(self, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(found mask, row of each wanted id; meaningless where not found)."""
         if len(self.ids) == 0:
             return np.zeros(len(want), dtype=bool), np.zeros(len(want), dtype=np.int64)
         pos = np.minimum(np.searchsorted(self.ids, want), len(self.ids) - 1)
-        return self.ids[pos] == want, pos
+        return self.ids[pos] == want, self.order[pos]
 
     def lengths(self, rows: np.ndarray) -> np.ndarray:
         return self._len[rows]
 
     def values(self, rows: np.ndarray) -> pa.Array:
-        return self.v.take(pa.array(rows, pa.int64()))
+        """The values of ``rows``, in that order: a take per chunk, then the pieces put in order."""
+        chunk = np.searchsorted(self.starts, rows, side="right") - 1
+        order = np.argsort(chunk, kind="stable")
+        pieces = []
+        for k in np.unique(chunk).tolist():
+            local = rows[order[chunk[order] == k]] - self.starts[k]
+            pieces.append(self.chunks[k].take(pa.array(local, pa.int64())))
+        if not pieces:
+            return pa.array([], pa.large_list(pa.uint32()))
+        back = np.empty(len(rows), dtype=np.int64)
+        back[order] = np.arange(len(rows))
+        return pa.concat_arrays(pieces).take(pa.array(back))
 
 
 @register
@@ -309,31 +324,38 @@ class FuzzyDedup(Transform):
 
     def _stream(self, task: FileTask, ctx) -> Iterator[tuple[pa.ChunkedArray, np.ndarray]]:
         """The file's (text, ids), one bounded batch at a time (memory does not follow the file
-        size); the ids are checked unique over the whole file once it has been read."""
+        size); the ids are checked unique over the whole file (:class:`UniqueIds`)."""
         c = self.config
-        seen = []
+        seen = UniqueIds(task.path, c.id_column)
         for table in ctx.iter_input(task, self, [c.content_column, c.id_column]):
-            seen.append(table.column(c.id_column).to_numpy())
-            yield table.column(c.content_column), seen[-1]
-        require_unique_ids(np.concatenate(seen), task.path, c.id_column)
+            ids = table.column(c.id_column).to_numpy()
+            seen.add(ids)
+            yield table.column(c.content_column), ids
+        seen.check()
 
     # -- phase 1: signatures ---------------------------------------------------------------
     def signature_file(self, task: FileTask, ctx) -> dict:
+        """Each input batch's ``(key, id)`` rows go to the shards as they come (one partitioned file
+        per batch): memory follows the batch, not the file (the bucket phase groups across them)."""
         c = self.config
-        keys, kid, docs_in = [], [], 0
-        for text, ids in self._stream(task, ctx):
+        docs_in, keyed = 0, 0
+        ctx.work.delete(f"bands/{task.rel}")  # what an interrupted attempt of this task left
+        for b, (text, ids) in enumerate(self._stream(task, ctx)):
             docs_in += len(ids)
+            keys, kid = [], []
             for lo, hi in self._batches(text):
                 sh = self._shingles(text.slice(lo, hi - lo))
                 sig, docs = minhash.signatures(sh, self.perms)
                 keys.append(minhash.band_keys(sig, self.bands, self.rows).ravel())
                 kid.append(np.repeat(ids[lo:hi][docs], self.bands))
-        key = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
-        kid = np.concatenate(kid) if kid else np.zeros(0, np.int64)
-        del keys
-        t = pa.table({"key": pa.array(key, pa.uint64()), "id": pa.array(kid, pa.int64())})
-        write_partitioned(ctx.work, f"bands/{task.rel}.arrow", t, shard_of_keys(key, c.num_shards))
-        return {"docs": docs_in, "empty": docs_in - len(key) // self.bands}
+            if not keys:
+                continue
+            key = np.concatenate(keys)
+            t = pa.table({"key": pa.array(key, pa.uint64()), "id": pa.array(np.concatenate(kid), pa.int64())})
+            del keys, kid
+            write_partitioned(ctx.work, f"bands/{task.rel}/{b:06d}.arrow", t, shard_of_keys(key, c.num_shards))
+            keyed += len(key) // self.bands
+        return {"docs": docs_in, "empty": docs_in - keyed}
 
     # -- phase 2: buckets ------------------------------------------------------------------
     def bucket_shard(self, shard: int, ctx) -> dict:
@@ -376,51 +398,53 @@ class FuzzyDedup(Transform):
 
     # -- phase 3: extract (verification only) ----------------------------------------------
     def extract_file(self, task: FileTask, ctx) -> dict:
+        """The candidates' shingle sets (or signatures), batch by batch: each input batch looks up
+        which of its ids some pair needs (only the overlapping row groups of the ``need`` files)
+        and writes its candidates to the shards by id (one partitioned file per batch)."""
         c = self.config
-        ids = ctx.read_input(task, self, [c.id_column]).column(c.id_column).to_numpy()
-        if len(ids) == 0:
+        ctx.work.delete(f"docs/{task.rel}")  # what an interrupted attempt of this task left
+        need_files = [SortedFile(ctx.work.parquet_file(rel)) for rel in parquet_files(ctx.work, "need")]
+        docs = 0
+        if not need_files:
+            ctx.read_input(task, self, [])  # the file is checked as before, and nothing is extracted
             return {"docs": 0}
-        lo, hi = int(ids.min()), int(ids.max())
-        parts = []
-        for rel in parquet_files(ctx.work, "need"):
-            t = read_range(ctx.work, rel, lo, hi)
-            if t is not None and t.num_rows:
-                parts.append(t.column("id").to_numpy())
-        if not parts:
-            return {"docs": 0}
-        need = np.unique(np.concatenate(parts))
-        kept, counts, values = [], [], []
-        for text, ids in self._stream(task, ctx):  # only the candidates' text is kept, as shingle sets
-            rows = np.flatnonzero(np.isin(ids, need))
+        for b, (text, ids) in enumerate(self._stream(task, ctx)):  # only the candidates' text is kept, as shingle sets
+            if len(ids) == 0:
+                continue
+            parts = [t.column("id").to_numpy() for t in (f.range(int(ids.min()), int(ids.max())) for f in need_files)
+                     if t is not None and t.num_rows]
+            rows = np.flatnonzero(np.isin(ids, np.concatenate(parts))) if parts else np.zeros(0, np.int64)
             if len(rows) == 0:
                 continue
-            kept.append(ids[rows])
-            text = text.take(pa.array(rows))
-            for blo, bhi in self._batches(text):  # bounded temporaries, as in signatures
-                n_batch = bhi - blo
-                sh = self._shingles(text.slice(blo, n_batch))
-                if c.verify == "jaccard":  # the sorted, distinct shingle hashes of each document
-                    doc = np.repeat(np.arange(n_batch, dtype=np.uint64), sh.counts)
-                    u = (doc << np.uint64(32)) | sh.hashes
-                    u.sort()
-                    u = u[np.r_[True, u[1:] != u[:-1]]]
-                    counts.append(np.bincount((u >> np.uint64(32)).astype(np.int64), minlength=n_batch))
-                    values.append((u & np.uint64(0xFFFFFFFF)).astype(np.uint32))
-                else:  # the signature (all maximum values for a document without shingles)
-                    sig, docs = minhash.signatures(sh, self.perms)
-                    full = np.full((n_batch, self.perms), np.iinfo(np.uint32).max, dtype=np.uint32)
-                    full[docs] = sig
-                    counts.append(np.full(n_batch, self.perms, dtype=np.int64))
-                    values.append(full.ravel())
-        if not kept:
-            return {"docs": 0}
-        ids = np.concatenate(kept)
+            t = self._candidate_table(ids[rows], text.take(pa.array(rows)))
+            write_partitioned(ctx.work, f"docs/{task.rel}/{b:06d}.arrow", t, shard_of_ids(ids[rows], c.num_shards))
+            docs += len(rows)
+        return {"docs": docs}
+
+    def _candidate_table(self, ids: np.ndarray, text: pa.ChunkedArray) -> pa.Table:
+        """``(id, v)``: each document's sorted, distinct shingle hashes (``verify=jaccard``) or its
+        signature (all maximum values for a document without shingles)."""
+        counts, values = [], []
+        for blo, bhi in self._batches(text):  # bounded temporaries, as in signatures
+            n_batch = bhi - blo
+            sh = self._shingles(text.slice(blo, n_batch))
+            if self.config.verify == "jaccard":
+                doc = np.repeat(np.arange(n_batch, dtype=np.uint64), sh.counts)
+                u = (doc << np.uint64(32)) | sh.hashes
+                u.sort()
+                u = u[np.r_[True, u[1:] != u[:-1]]]
+                counts.append(np.bincount((u >> np.uint64(32)).astype(np.int64), minlength=n_batch))
+                values.append((u & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+            else:
+                sig, docs = minhash.signatures(sh, self.perms)
+                full = np.full((n_batch, self.perms), np.iinfo(np.uint32).max, dtype=np.uint32)
+                full[docs] = sig
+                counts.append(np.full(n_batch, self.perms, dtype=np.int64))
+                values.append(full.ravel())
         offsets = np.zeros(len(ids) + 1, dtype=np.int64)
         np.cumsum(np.concatenate(counts), out=offsets[1:])
         v = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(values), pa.uint32()))
-        t = pa.table({"id": pa.array(ids, pa.int64()), "v": v})
-        write_partitioned(ctx.work, f"docs/{task.rel}.arrow", t, shard_of_ids(ids, c.num_shards))
-        return {"docs": len(ids)}
+        return pa.table({"id": pa.array(ids, pa.int64()), "v": v})
 
     # -- phase 4: verification, a two-step join ----------------------------------------------
     def verify_a_shard(self, shard: int, ctx) -> dict:

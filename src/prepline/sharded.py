@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from prepline.data_access import Location
 from prepline.minhash import mix64
 
-__all__ = ["iter_partition", "parquet_files", "read_all", "read_partition", "read_range", "read_rows", "shard_of_ids", "shard_of_keys", "write_partitioned"]
+__all__ = ["iter_partition", "parquet_files", "read_all", "read_partition", "read_range", "read_rows", "SortedFile", "shard_of_ids", "shard_of_keys", "write_partitioned"]
 
 #: schema metadata key of a partitioned file: {"<shard>": <record batch index>}
 _INDEX_KEY = b"prepline.shards"
@@ -120,19 +120,27 @@ def read_range(loc: Location, rel: str, lo: int, hi: int, column: str = "id") ->
         pf = loc.parquet_file(rel)
     except (FileNotFoundError, OSError):
         return None
-    md = pf.metadata
-    col = pf.schema_arrow.get_field_index(column)
-    groups = []
-    for i in range(md.num_row_groups):
-        st = md.row_group(i).column(col).statistics
-        if st is not None and st.has_min_max and (st.max < lo or st.min > hi):
-            continue
-        groups.append(i)
-    if not groups:
-        return None
-    t = pf.read_row_groups(groups)
-    v = t.column(column).to_numpy()
-    return t.filter(pa.array((v >= lo) & (v <= hi)))
+    return SortedFile(pf, column).range(lo, hi)
+
+
+class SortedFile:
+    """A Parquet file sorted by ``column``, opened once for many :meth:`range` reads (e.g. one per
+    batch of an input file): each reads only the row groups whose statistics overlap."""
+
+    def __init__(self, pf: pq.ParquetFile, column: str = "id"):
+        self.pf, self.column = pf, column
+        md, col = pf.metadata, pf.schema_arrow.get_field_index(column)
+        stats = [md.row_group(i).column(col).statistics for i in range(md.num_row_groups)]
+        self.bounds = [(st.min, st.max) if st is not None and st.has_min_max else None for st in stats]
+
+    def range(self, lo: int, hi: int) -> pa.Table | None:
+        """Rows with ``lo <= column <= hi`` (None: no row group overlaps)."""
+        groups = [i for i, b in enumerate(self.bounds) if b is None or not (b[1] < lo or b[0] > hi)]
+        if not groups:
+            return None
+        t = self.pf.read_row_groups(groups)
+        v = t.column(self.column).to_numpy()
+        return t.filter(pa.array((v >= lo) & (v <= hi)))
 
 
 def read_rows(pf: pq.ParquetFile, first: int, count: int) -> pa.Table:

@@ -501,3 +501,53 @@ def test_verification_in_small_chunks_gives_the_same_clusters(tweets_ids, tmp_pa
     meta = fuzzy(tweets_ids, tmp_path / "small", mode="annotate")
     assert meta["plan"] == ref["plan"]
     assert read_dir(tmp_path / "small").equals(read_dir(tmp_path / "ref"))
+
+
+def test_files_read_in_many_batches_give_the_same_clusters(tweets_ids, tmp_path, monkeypatch):
+    """signatures and extract hold one input batch (each batch's band keys and candidates go to the
+    shards as they come): near duplicates in different batches of a file are still found."""
+    ref = fuzzy(tweets_ids, tmp_path / "ref", mode="annotate")
+    seen: list[str] = []
+    from prepline import sharded
+    from prepline.transforms import fuzzy_dedup
+
+    real = sharded.write_partitioned
+
+    def spy(loc, rel, table, shard):
+        seen.append(rel)
+        return real(loc, rel, table, shard)
+
+    monkeypatch.setattr(fuzzy_dedup, "write_partitioned", spy)
+    monkeypatch.setenv("PREPLINE_BATCH_MB", "0.005")  # ~5 KB batches: many per file
+    meta = fuzzy(tweets_ids, tmp_path / "many", mode="annotate")
+    assert meta["plan"] == ref["plan"] and ref["plan"]["clusters"] > 10
+    assert meta["totals"]["counters"] == ref["totals"]["counters"]
+    assert read_dir(tmp_path / "many").equals(read_dir(tmp_path / "ref"))
+    for phase in ("bands", "docs"):  # one partitioned file per batch of an input file
+        files = [r for r in seen if r.startswith(f"{phase}/part-00.parquet/")]
+        assert len(files) >= 10, (phase, seen[:5])
+
+
+def test_ids_repeated_in_different_batches_of_a_file_are_refused(tweets, tmp_path, monkeypatch):
+    ids = list(range(300))
+    ids[250] = 3  # far from the first 3: another batch
+    write_parquet(tmp_path / "in", "a.parquet", {"contents": tweets[:300], "doc_id": pa.array(ids, pa.int64())})
+    monkeypatch.setenv("PREPLINE_BATCH_MB", "0.002")
+    with pytest.raises(Exception, match=r"id column 'doc_id' is not unique \(e.g. id 3 appears more than once\)"):
+        fuzzy(tmp_path / "in", tmp_path / "out")
+
+
+def test_shard_lookup_over_chunks_and_unsorted_ids():
+    """verify's lookup takes from each chunk (one per batch of an extract task) without concatenating them."""
+    from prepline.transforms.fuzzy_dedup import _Docs
+
+    ids = np.random.default_rng(1).permutation(50)
+    t = pa.concat_tables([pa.table({"id": pa.array(ids[a:b], pa.int64()),
+                                    "v": pa.array([[int(i), 2 * int(i)] for i in ids[a:b]], pa.large_list(pa.uint32()))})
+                          for a, b in ((0, 10), (10, 30), (30, 50))])
+    docs = _Docs(t)
+    found, rows = docs.find(np.array([3, 7, 49, 0, 100, 7]))
+    assert found.tolist() == [True, True, True, True, False, True]
+    assert docs.values(rows[found]).to_pylist() == [[3, 6], [7, 14], [49, 98], [0, 0], [7, 14]]
+    assert docs.lengths(rows[found]).tolist() == [2] * 5
+    assert not _Docs(None).find(np.array([1]))[0].any() and len(_Docs(None).values(np.zeros(0, np.int64))) == 0
