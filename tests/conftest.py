@@ -170,7 +170,8 @@ def ray_session():
     """One local Ray for every Ray test in the session (its executors join it, never stop it)."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 * 1024, configure_logging=False)
+    # address="local": a Ray of this process, never one another test process (or user) started here
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 * 1024, configure_logging=False)
     yield ray
     ray.shutdown()
 

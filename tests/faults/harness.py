@@ -224,8 +224,8 @@ class Env:
         import ray
 
         if not ray.is_initialized():
-            ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 * 1024, configure_logging=False,
-                     _node_ip_address="127.0.0.1")
+            ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024 * 1024,
+                     configure_logging=False, _node_ip_address="127.0.0.1")  # never another process's Ray
         return ray
 
     def close(self) -> None:
