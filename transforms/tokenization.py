@@ -318,8 +318,7 @@ class Tokenization(Transform):
         if not self.config.write_tokens:
             return {}
         lt = self._load(ctx)
-        vocab_size = lt.vocab_size
         final = results.get("final", {})
         sources = [Source(final[rel]["outputs"][0], list_parts(ctx.work, rel), final[rel]["docs_out"])
                    for rel in sorted(final) if final[rel]["outputs"]]
-        return write_tokens_dir(ctx.work, ctx.output.sub(TOKENS_DIR), sources, lt, token_dtype(vocab_size), vocab_size)
+        return write_tokens_dir(ctx.work, ctx.output.sub(TOKENS_DIR), sources, lt)

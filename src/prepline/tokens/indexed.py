@@ -19,6 +19,7 @@ Documents with no ids are left out (they would hold nothing but the end-of-docum
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import struct
 from dataclasses import dataclass
@@ -73,16 +74,9 @@ class Index:
 
 def index_bytes(lengths: np.ndarray, dtype: np.dtype) -> bytes:
     """The ``.idx`` of sequences with these lengths, one document each, packed back to back."""
-    lengths = np.asarray(lengths, np.int64)
-    if lengths.size and (int(lengths.min()) < 0 or int(lengths.max()) > np.iinfo(np.int32).max):
-        raise InputError(f"a document of {int(lengths.max()):,} tokens does not fit the int32 length of a Megatron index",
-                         "split such documents before tokenization")
-    n = lengths.size
-    pointers = np.zeros(n, np.int64)
-    if n > 1:
-        np.cumsum(lengths[:-1] * dtype.itemsize, out=pointers[1:])
-    header = _HEADER.pack(MAGIC, VERSION, CODES[np.dtype(dtype)], n, n + 1)
-    return b"".join((header, lengths.astype(np.int32).tobytes(), pointers.tobytes(), np.arange(n + 1, dtype=np.int64).tobytes()))
+    buf = io.BytesIO()
+    write_index(buf, lambda: iter([lengths]), len(lengths), dtype)
+    return buf.getvalue()
 
 
 def write_index(f, pieces: Callable[[], Iterator[np.ndarray]], count: int, dtype: np.dtype) -> str:
@@ -97,7 +91,11 @@ def write_index(f, pieces: Callable[[], Iterator[np.ndarray]], count: int, dtype
 
     put(_HEADER.pack(MAGIC, VERSION, CODES[np.dtype(dtype)], count, count + 1))
     for lengths in pieces():
-        put(np.asarray(lengths, np.int32).tobytes())
+        lengths = np.asarray(lengths, np.int64)
+        if lengths.size and (int(lengths.min()) < 0 or int(lengths.max()) > np.iinfo(np.int32).max):
+            raise InputError(f"a document of {int(lengths.max()):,} tokens does not fit the int32 length of a Megatron index",
+                             "split such documents before tokenization")
+        put(lengths.astype(np.int32).tobytes())
     offset = 0
     for lengths in pieces():
         ends = offset + np.cumsum(np.asarray(lengths, np.int64) * dtype.itemsize)

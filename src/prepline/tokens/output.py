@@ -24,7 +24,7 @@ import numpy as np
 
 from prepline.data_access import Location, open_location
 from prepline.errors import InputError
-from prepline.tokens.indexed import Dataset, bin_name, idx_name, parse_index, write_index
+from prepline.tokens.indexed import Dataset, bin_name, idx_name, parse_index, token_dtype, write_index
 from prepline.tokens.tokenizer import TOKENIZER_FILE, LoadedTokenizer, tokenizers_version
 
 TOKENS_DIR = "tokens"
@@ -62,12 +62,13 @@ class Source:
     documents: int  # documents of the file, empty ones included
 
 
-def write_tokens_dir(work: Location, out: Location, sources: list[Source], lt: LoadedTokenizer, dtype: np.dtype,
-                     vocab_size: int) -> dict:
+def write_tokens_dir(work: Location, out: Location, sources: list[Source], lt: LoadedTokenizer) -> dict:
     """Merge the parts of ``sources`` (in this order) into ``out``'s one prefix; write the tokenizer
     and ``index.json``; return the summary for metadata.json. The ``.bin`` is streamed part by part,
     and so is the ``.idx`` (each part's index is read again where it is needed: memory follows a
     part, not the dataset)."""
+    vocab_size = lt.vocab_size
+    dtype = token_dtype(vocab_size)
     parts = [p for s in sources for p in s.parts]
     sizes = {}  # part -> (documents, tokens, sequences)
     for p in parts:
