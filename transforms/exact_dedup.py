@@ -77,21 +77,20 @@ class ExactDedup(Transform):
     # phase 1 -------------------------------------------------------------------------------
     def hash_file(self, task: FileTask, ctx) -> dict:
         c = self.config
-        ids, rows, distinct = UniqueIds(task.path, c.id_column), 0, 0
+        ids, distinct = UniqueIds(task.path, c.id_column), 0
         ctx.work.delete(f"distinct/{task.rel}")  # what an interrupted attempt of this task left
         with ctx.work.parquet_writer(f"keys/{task.rel}", KEY_SCHEMA) as sink:  # streamed: memory per batch
             for b, table in enumerate(ctx.iter_input(task, self, [c.content_column, c.id_column])):
                 kt = _key_table(self._keys(table.column(c.content_column)), table.column(c.id_column).to_numpy())
                 sink.write(kt)
                 ids.add(kt.column("id").to_numpy())
-                rows += kt.num_rows
                 # this batch's distinct keys (smallest id, count), partitioned by key: the reduce
                 # groups them across batches and files, so no task holds more than a batch of keys
                 g = kt.group_by(["h", "l"]).aggregate([("id", "min"), ("id", "count")])
                 distinct += g.num_rows
                 write_partitioned(ctx.work, f"distinct/{task.rel}/{b:06d}.arrow", g, shard_of_keys(g.column("l").to_numpy(), c.num_shards))
         ids.check()
-        return {"rows": rows, "distinct": distinct}
+        return {"rows": ids.count, "distinct": distinct}
 
     # phase 2 -------------------------------------------------------------------------------
     def reduce_shard(self, shard: int, ctx) -> dict:
