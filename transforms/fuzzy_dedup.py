@@ -16,8 +16,9 @@ Phases (each a set of tasks whose outputs live in the stage's work folder, so ea
    sets to each pair, so no task holds more than its shard; a pair is a duplicate edge when
    its true Jaccard similarity (``verify=jaccard``) or its MinHash estimate
    (``verify=estimate``) is at least ``threshold``.
-5. ``components`` (once): connected components of the edge list
-   (:func:`prepline.graph.connected_components`). A cluster's id is its smallest document id.
+5. ``components`` (once): connected components of the edges (:class:`prepline.graph.Components`,
+   fed the edge files a chunk at a time: it holds the clustered documents, not the edges). A
+   cluster's id is its smallest document id.
 6. final map (per file): ``remove`` drops every clustered document whose id is not its
    cluster's id (the smallest id is kept, whatever the processing order), counted as
    ``removed.near_duplicate``; ``keep_duplicates`` keeps only clustered documents (the others
@@ -45,9 +46,9 @@ import pyarrow.compute as pc
 from prepline import minhash
 from prepline.config import TransformConfig, param
 from prepline.errors import ConfigError, InputError
-from prepline.graph import connected_components
+from prepline.graph import Components
 from prepline.registry import register
-from prepline.sharded import (SortedFile, iter_partition, parquet_files, read_all, read_partition, read_range, shard_of_ids,
+from prepline.sharded import (SortedFile, iter_partition, parquet_files, read_partition, read_range, shard_of_ids,
                                shard_of_keys, write_partitioned)
 from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform, UniqueIds
 
@@ -61,6 +62,7 @@ BATCH_BYTES = {"word": 2 << 20, "auto": 2 << 20, "char": 512 << 10}
 PAIR_BATCH = 1 << 20  # shingle values per batch of the vectorised Jaccard (about 24 bytes of temporaries each)
 VERIFY_CHUNK = 2 << 20  # shingle values of the a-side per chunk of verify_a's output (8 MiB): bounded verify memory
 CLUSTERS = "clusters.parquet"
+EDGE_CHUNK = 1 << 20  # edges per chunk of the components phase (16 MiB of pairs)
 
 
 def lsh_threshold(bands: int, rows: int) -> float:
@@ -498,20 +500,25 @@ class FuzzyDedup(Transform):
 
     # -- phase 5: connected components (once) ---------------------------------------------
     def components(self, ctx) -> dict:
-        t = read_all(ctx.work, "edges")
-        if t is None:
-            ids = cluster = size = np.zeros(0, np.int64)
-        else:
-            ids, cluster = connected_components(t.column("a").to_numpy(), t.column("b").to_numpy())
-            _, inv, counts = np.unique(cluster, return_inverse=True, return_counts=True)
-            size = counts[inv]
+        """Clusters from the edge files, read EDGE_CHUNK rows at a time into :class:`Components`:
+        memory follows the documents in clusters, not the edges (with ``verify=none`` every
+        candidate pair is an edge)."""
+        comp = Components()
+        for rel in parquet_files(ctx.work, "edges"):
+            for batch in ctx.work.parquet_file(rel).iter_batches(batch_size=EDGE_CHUNK, columns=["a", "b"], use_threads=False):
+                comp.add(batch.column(0).to_numpy(), batch.column(1).to_numpy())
+        edges, (ids, cluster) = comp.edges, comp.result()
+        del comp
+        _, inv, counts = np.unique(cluster, return_inverse=True, return_counts=True)
+        size = counts[inv]
+        del inv
         out = pa.table({"id": pa.array(ids, pa.int64()), "cluster": pa.array(cluster, pa.int64()), "size": pa.array(size, pa.int64())})
         ctx.work.write_parquet(CLUSTERS, out)
         return {
-            "edges": 0 if t is None else t.num_rows,
-            "clusters": int(len(np.unique(cluster))),
+            "edges": edges,
+            "clusters": len(counts),
             "docs_in_clusters": int(len(ids)),
-            "largest_cluster": int(size.max()) if len(size) else 0,
+            "largest_cluster": int(counts.max()) if len(counts) else 0,
         }
 
     def plan_summary(self, results) -> dict:

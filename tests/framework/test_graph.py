@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prepline.graph import component_roots, connected_components
+from prepline.graph import Components, component_roots, connected_components
 
 
 def bfs_smallest(edges: list[tuple[int, int]]) -> dict[int, int]:
@@ -45,6 +45,14 @@ def test_components_equal_breadth_first_search(edges):
     order = np.random.default_rng(len(edges)).permutation(len(a))
     n2, r2 = connected_components(b[order], a[order])
     assert n2.tolist() == nodes.tolist() and r2.tolist() == root.tolist()
+    # nor how they are cut into chunks (fuzzy_dedup streams its edge files through Components)
+    cuts = np.sort(np.random.default_rng(len(edges) + 1).integers(0, len(a) + 1, size=4))
+    streamed = Components()
+    for part in np.split(order, cuts):
+        streamed.add(a[part], b[part])
+    n3, r3 = streamed.result()
+    assert n3.tolist() == nodes.tolist() and r3.tolist() == root.tolist()
+    assert streamed.edges == len(a)
 
 
 def test_a_long_chain_and_dense_roots():
@@ -55,3 +63,14 @@ def test_a_long_chain_and_dense_roots():
     roots = component_roots(8, np.array([5, 2, 7]), np.array([3, 6, 3]))
     assert roots.tolist() == [0, 1, 2, 3, 4, 3, 2, 3]
     assert component_roots(3, np.zeros(0, np.int64), np.zeros(0, np.int64)).tolist() == [0, 1, 2]
+
+
+def test_chunks_that_join_earlier_components_and_add_smaller_nodes():
+    c = Components()
+    c.add(np.array([10, 30]), np.array([11, 31]))  # {10, 11}, {30, 31}
+    c.add(np.array([5]), np.array([31]))  # a new smaller node takes {30, 31} over
+    c.add(np.array([11]), np.array([30]))  # and joins the first component
+    nodes, root = c.result()
+    assert nodes.tolist() == [5, 10, 11, 30, 31] and root.tolist() == [5] * 5
+    c.add(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    assert c.result()[0].tolist() == [5, 10, 11, 30, 31] and c.edges == 4
