@@ -50,7 +50,7 @@ def check_criterion(i: int, c: str) -> None:
         if kind == duckdb.token_type.comment or (kind == duckdb.token_type.operator and raw[pos:pos + 1] == b";"):
             raise ConfigError(f"filter criterion {i} `{c}` contains ';' or a comment: one SQL expression only",
                               "write a single boolean expression such as \"doc_length > 100\" (quoted text may hold anything)")
-    tree = json.loads(_parser().execute("SELECT json_serialize_sql(?)", [f"SELECT ({c}) FROM {TABLE}"]).fetchone()[0])
+    tree = json.loads(_connection().cursor().execute("SELECT json_serialize_sql(?)", [f"SELECT ({c}) FROM {TABLE}"]).fetchone()[0])
     if tree.get("error"):
         raise ConfigError(f"filter criterion {i} `{c}` is not valid SQL: {tree.get('error_message', '')}",
                           "fix the expression (DuckDB SQL)")
@@ -82,15 +82,17 @@ def _nodes(x):
             yield from _nodes(v)
 
 
-_PARSER: duckdb.DuckDBPyConnection | None = None
+_CONNECTION: duckdb.DuckDBPyConnection | None = None
 
 
-def _parser() -> duckdb.DuckDBPyConnection:
-    """The locked-down connection used only to parse criteria (json_serialize_sql runs nothing)."""
-    global _PARSER
-    if _PARSER is None:
-        _PARSER = hashing.connect()
-    return _PARSER
+def _connection() -> duckdb.DuckDBPyConnection:
+    """The process's locked-down DuckDB database (:func:`prepline.hashing.connect`), opened once
+    (~30 ms). Each use takes a cursor of it (a connection of its own, same settings): the parser
+    of the criteria (json_serialize_sql runs nothing), the check on the driver, the map."""
+    global _CONNECTION
+    if _CONNECTION is None:
+        _CONNECTION = hashing.connect()
+    return _CONNECTION
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,7 @@ class Filter(Transform):
 
     def check_on_driver(self, schema: pa.Schema, where: str) -> None:
         """Compile every criterion against an empty table of the data's schema."""
-        con = hashing.connect()
+        con = _connection().cursor()  # a connection of its own: the registered table goes with it
         con.register(TABLE, schema.empty_table())
         for i, c in enumerate(self.config.criteria, 1):
             try:
@@ -167,7 +169,7 @@ class Filter(Transform):
                 )
 
     def setup(self, ctx) -> None:
-        self._con = hashing.connect()
+        self._con = _connection().cursor()  # a connection of its own to the same database (the driver's thread too)
 
     def transform(self, table: pa.Table, task: FileTask) -> Output:
         removed: dict[str, int] = {}
@@ -193,7 +195,8 @@ class Filter(Transform):
                 keep = met.any(axis=1)
                 masks["no_criterion_met"] = ~keep
             removed = {k: int(m.sum()) for k, m in masks.items()}
-            table = table.filter(pa.array(keep))
+            if not keep.all():  # a filter that keeps every row would copy the table for nothing
+                table = table.filter(pa.array(keep))
         if self.config.columns_to_drop:
             table = table.drop_columns(list(self.config.columns_to_drop))
         return Output(parts={"": table}, removed=removed, counters=counters, removed_rows=masks)
