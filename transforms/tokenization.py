@@ -58,9 +58,6 @@ from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform
 BATCH_CHARS = 1 << 21
 #: and at most this many documents per call (many tiny documents)
 BATCH_DOCS = 1 << 14
-#: words whose merges the model keeps (the library's default is 10,000): a corpus has far more
-#: distinct words, and each one missing from the cache is merged again (~30 MiB at most)
-WORD_CACHE = 1 << 18
 
 _WS_START = re.compile(r"(?<=\S)\s")
 
@@ -154,9 +151,6 @@ class _Encoder:
         self.prefetch = prefetch
         fast = getattr(tok, "encode_batch_fast", None)
         self._batch = fast if fast is not None else tok.encode_batch
-        resize = getattr(tok.model, "_resize_cache", None)  # BPE and Unigram models, tokenizers >= 0.21
-        if resize is not None:
-            resize(WORD_CACHE)
 
     def _jobs(self, arr: pa.Array, lens: np.ndarray) -> Iterator[tuple[int, int, list[str]]]:
         """(first doc, end doc, texts): a batch of whole documents, or pieces of the long document first."""
