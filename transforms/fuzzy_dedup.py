@@ -366,19 +366,24 @@ class FuzzyDedup(Transform):
         if t is None:
             return {"rows": 0, "buckets": 0, "pairs": 0}
         rows = t.num_rows
-        key, ids = t.column("key").to_numpy(), t.column("id").to_numpy()
-        del t  # the shard's rows are the largest state of the stage (16 bytes per document and band / num_shards)
-        order = np.lexsort((ids, key))
-        key = key[order]
-        ids = ids[order]
-        del order
+        # the shard's rows are the largest state of the stage (16 bytes per document and band /
+        # num_shards): one column at a time out of Arrow, and only the keys sorted
+        key = t.column("key").to_numpy()
+        t = t.select(["id"])
+        ids = t.column(0).to_numpy()
+        del t
         # only the rows of keys held by two or more documents matter from here (few)
-        same = key[1:] == key[:-1]
-        shared = np.zeros(len(key), dtype=bool)
-        shared[1:] = same
-        shared[:-1] |= same
-        del same
-        key, ids = key[shared], ids[shared]
+        k = np.sort(key)
+        held = np.unique(k[1:][k[1:] == k[:-1]])
+        del k
+        if len(held):
+            shared = held[np.minimum(np.searchsorted(held, key), len(held) - 1)] == key
+            key, ids = key[shared], ids[shared]
+            del shared
+        else:
+            key, ids = key[:0], ids[:0]
+        order = np.lexsort((ids, key))
+        key, ids = key[order], ids[order]
         same = (key[1:] == key[:-1]) & (ids[1:] == ids[:-1])
         if same.any():
             raise InputError(
