@@ -97,8 +97,25 @@ def test_worker_start_counts_the_wait_and_the_setup_not_the_work(monkeypatch, fi
     assert stats["worker_start_seconds"] == start
 
 
-def _kill_first_pool_worker(stop: threading.Event, killed: list) -> None:
-    """SIGKILL one spawned pool worker as soon as one exists (it is then busy with its first task)."""
+def _reading(pid: int, folder: Path) -> bool:
+    """Whether the process has a file of ``folder`` open (a pool worker in the middle of a task)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(folder)):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _kill_first_pool_worker(stop: threading.Event, killed: list, busy_in: Path | None = None) -> None:
+    """SIGKILL one spawned pool worker as soon as one exists or, with ``busy_in``, as soon as one
+    reads a file of that folder (a worker killed before it claims a task loses nothing: the idle
+    driver takes its tasks back)."""
     me = os.getpid()
     while not stop.is_set():
         for pid in children(me):
@@ -106,11 +123,11 @@ def _kill_first_pool_worker(stop: threading.Event, killed: list) -> None:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"multiprocessing" in cmd and b"resource_tracker" not in cmd:
+            if b"multiprocessing" in cmd and b"resource_tracker" not in cmd and (busy_in is None or _reading(pid, busy_in)):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
                 return
-        time.sleep(0.002)
+        time.sleep(0.001)
 
 
 @pytest.mark.slow
@@ -132,10 +149,17 @@ def test_a_killed_pool_worker_is_replaced_and_the_output_is_identical(tmp_path, 
 
 
 @pytest.mark.slow
-def test_with_no_retries_a_killed_worker_fails_the_run_with_metadata(tmp_path):
+def test_with_no_retries_a_killed_worker_fails_the_run_with_metadata(tmp_path, monkeypatch):
     src = make_corpus(tmp_path / "in", files=8)
+    # the driver's own worker (a thread of this process; the pool's processes import afresh) is
+    # slowed down, so the pool's process gets tasks of its own however long it takes to start
+    from prepline.worker import Worker
+
+    run = Worker.run
+    monkeypatch.setattr(Worker, "run", lambda self, task: (time.sleep(0.5), run(self, task))[1])
     stop, killed = threading.Event(), []
-    t = threading.Thread(target=_kill_first_pool_worker, args=(stop, killed), daemon=True)
+    # killed while it reads an input file, i.e. with a task of its own (not one the driver takes back)
+    t = threading.Thread(target=_kill_first_pool_worker, args=(stop, killed, tmp_path / "in"), daemon=True)
     t.start()
     try:
         with pytest.raises(RunFailed, match="worker process died"):  # even with --max-failed-files: not an input file
