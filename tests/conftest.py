@@ -80,6 +80,21 @@ def children(pid: int) -> list[int]:
     return [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and parent_of(int(d.name)) == pid]
 
 
+def has_open_under(pid: int, folder: Path) -> bool:
+    """Whether the process has a file of ``folder`` open (e.g. a pool worker reading an input)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(folder)):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def kill_when(proc: subprocess.Popen, marker_dir: Path, n: int, timeout: float = 120) -> int:
     """SIGKILL the run (its process group) once ``n`` completion markers exist in ``marker_dir``;
     returns how many there were. Fails the test if the run ends first or makes no progress."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from conftest import children
+from conftest import children, has_open_under
 
 from faults.harness import (Env, Row, account, case, clear_error, first_error, fresh, markers, meta, tagged_processes,
                             wait_for)
@@ -49,21 +49,6 @@ def race_local(env: Env, row: Row) -> Row:
 
 
 # -- finding 8 / worker loss ---------------------------------------------------------------------------
-def _open_under(pid: int, folder: Path) -> bool:
-    """Whether the process has a file of ``folder`` open."""
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(folder)):
-                return True
-        except OSError:
-            continue
-    return False
-
-
 def _kill_a_pool_worker(parent: int, stop: threading.Event, killed: list, inputs: Path) -> None:
     """SIGKILL the first pool worker seen; ``killed`` gets (pid, whether it was reading an input)."""
     while not stop.is_set():
@@ -73,7 +58,7 @@ def _kill_a_pool_worker(parent: int, stop: threading.Event, killed: list, inputs
             except OSError:
                 continue
             if b"spawn_main" in cmd:
-                busy = _open_under(pid, inputs)
+                busy = has_open_under(pid, inputs)
                 os.kill(pid, signal.SIGKILL)
                 killed.append((pid, busy))
                 return

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import children, descends_from, make_corpus, tree_bytes
+from conftest import children, descends_from, has_open_under, make_corpus, tree_bytes
 from prepline.engine import RunOptions, run_transform
 from prepline.errors import RunFailed
 from prepline.runtime.dispatch import WorkerLost, dispatch
@@ -97,21 +97,6 @@ def test_worker_start_counts_the_wait_and_the_setup_not_the_work(monkeypatch, fi
     assert stats["worker_start_seconds"] == start
 
 
-def _reading(pid: int, folder: Path) -> bool:
-    """Whether the process has a file of ``folder`` open (a pool worker in the middle of a task)."""
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(folder)):
-                return True
-        except OSError:
-            continue
-    return False
-
-
 def _kill_first_pool_worker(stop: threading.Event, killed: list, busy_in: Path | None = None) -> None:
     """SIGKILL one spawned pool worker as soon as one exists or, with ``busy_in``, as soon as one
     reads a file of that folder (a worker killed before it claims a task loses nothing: the idle
@@ -123,7 +108,7 @@ def _kill_first_pool_worker(stop: threading.Event, killed: list, busy_in: Path |
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"multiprocessing" in cmd and b"resource_tracker" not in cmd and (busy_in is None or _reading(pid, busy_in)):
+            if b"multiprocessing" in cmd and b"resource_tracker" not in cmd and (busy_in is None or has_open_under(pid, busy_in)):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
                 return
