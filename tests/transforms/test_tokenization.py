@@ -194,7 +194,7 @@ def test_only_empty_documents_give_an_empty_dataset_and_a_warning(runs, tmp_path
 def test_write_tokens_false_writes_only_the_columns(runs, sample, tmp_path):
     tok = str(runs["w1"] / "tokens" / "tokenizer.json")
     m = run(sample, tmp_path / "o", {"tokenizer": tok, "write_tokens": False}).metadata
-    assert not (tmp_path / "o" / "tokens").exists() and "finish" not in m
+    assert not (tmp_path / "o" / "tokens").exists() and set(m["finish"]) == {"encoder"}  # no dataset, only which encoder
     assert read_out(tmp_path / "o").column("tokens") == read_out(runs["w1"]).column("tokens")
     with pytest.raises(ConfigError, match="no token ids at all"):
         registry.build("tokenization", {"write_tokens": False, "tokens_column": ""})
@@ -408,18 +408,23 @@ def test_truncation_and_padding_in_a_tokenizer_file_are_ignored(runs, sample, tm
     assert read_out(tmp_path / "o").column("tokens") == read_out(runs["w1"]).column("tokens")
 
 
-def test_encoder_batches_pieces_and_prefetch_agree_with_plain_encode(runs, sample):
+@pytest.mark.parametrize("fast", [False, True], ids=["tokenizers", "tiktoken"])
+def test_encoder_batches_pieces_and_prefetch_agree_with_plain_encode(runs, sample, fast):
+    from prepline.tokens.rank_bpe import rank_bpe
     from prepline.transforms.tokenization import _Encoder
 
-    tok = build_tokenizer(str(runs["w1"] / "tokens" / "tokenizer.json")).tokenizer
+    lt = build_tokenizer(str(runs["w1"] / "tokens" / "tokenizer.json"))
+    tok = lt.tokenizer
+    rb = rank_bpe(lt.json_text)[0] if fast else None
+    assert not fast or rb is not None  # a BPE trained here is one the fast path covers
     arr = pq.read_table(sample / "part-00001.parquet").column("contents").combine_chunks()
     want = [e.ids for e in tok.encode_batch(arr.to_pylist(), add_special_tokens=False)]
     lens = [len(w) for w in want]
     for chunk in (1_000, 1_000_000):  # many documents in pieces (many jobs) / plain batches
-        got = [_Encoder(tok, chunk, prefetch=p).encode(arr) for p in (True, False)]
-        for values, counts, chunked in got:
+        got = [_Encoder(tok, chunk, prefetch=p, fast=rb, threads=t).encode(arr) for p in (True, False) for t in (1, 2)]
+        for values, counts, chunked, again in got:
             assert counts.tolist() == lens and values.tolist() == [i for w in want for i in w]
-            assert chunked == (sum(1 for t in arr.to_pylist() if len(t) >= chunk))
+            assert chunked == (sum(1 for t in arr.to_pylist() if len(t) >= chunk)) and again == 0
         assert chunk == 1_000_000 or got[0][2] > 10
 
 
