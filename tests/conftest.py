@@ -80,6 +80,24 @@ def children(pid: int) -> list[int]:
     return [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and parent_of(int(d.name)) == pid]
 
 
+def pool_workers(pid: int) -> list[int]:
+    """The live pool processes of a local run whose driver is ``pid``: spawned (multiprocessing's
+    command line, not its resource tracker) or forked by ``prepline run`` (the driver's command line)."""
+    try:
+        own = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    found = []
+    for child in children(pid):
+        try:
+            cmd = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if (b"multiprocessing" in cmd and b"resource_tracker" not in cmd) or cmd == own:
+            found.append(child)
+    return found
+
+
 def has_open_under(pid: int, folder: Path) -> bool:
     """Whether the process has a file of ``folder`` open (e.g. a pool worker reading an input)."""
     try:

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from prepline import __version__, logs, registry
+from prepline import __version__, logs
 from prepline.config import ParamInfo
 from prepline.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, PreplineError, RunFailed, Terminated, exit_code, user_message
 
@@ -38,6 +38,8 @@ def _add_param_options(parser: argparse.ArgumentParser, params: list[ParamInfo])
 
 
 def _run_parser(transform: str | None) -> argparse.ArgumentParser:
+    from prepline import registry
+
     p = argparse.ArgumentParser(
         prog=f"prepline run {transform or '<transform>'}",
         description="Run one transform over a folder of Parquet files (local path or s3:// URI).",
@@ -90,7 +92,35 @@ def params_from_args(args: argparse.Namespace, config: type) -> dict[str, Any]:
     return params
 
 
+def _prestart_pool(name: str, argv: list[str]) -> None:
+    """A local run on several workers: start the pool's processes before the driver imports pyarrow
+    and the transform, so their start-up overlaps it (prepline.runtime.procs)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--runtime", default="local")
+    pre.add_argument("--workers", default="0")
+    pre.add_argument("-h", "--help", action="store_true")
+    known, _ = pre.parse_known_args(argv)
+    if known.help or known.runtime != "local" or not known.workers.isdigit():
+        return
+    from prepline.runtime.procs import prestart
+
+    prestart(int(known.workers), name)
+
+
 def cmd_run(argv: list[str]) -> int:
+    from prepline.runtime.procs import drop_prestarted
+
+    if argv and not argv[0].startswith("-"):
+        _prestart_pool(argv[0], argv[1:])
+    try:
+        return _cmd_run(argv)
+    finally:
+        drop_prestarted()  # the run never needed them (resumed, or it failed before its first phase)
+
+
+def _cmd_run(argv: list[str]) -> int:
+    from prepline import registry
+
     if not argv or argv[0].startswith("-"):
         if argv and argv[0] in ("-h", "--help"):
             _run_parser(None).print_help()
@@ -131,6 +161,8 @@ def cmd_run(argv: list[str]) -> int:
 
 
 def cmd_list(argv: list[str]) -> int:
+    from prepline import registry
+
     from rich.table import Table
 
     argparse.ArgumentParser(prog="prepline list", description="List the transforms.").parse_args(argv)
@@ -144,6 +176,8 @@ def cmd_list(argv: list[str]) -> int:
 
 def describe_markdown(name: str) -> str:
     """The parameter table of a transform, generated from its config (used by the docs too)."""
+    from prepline import registry
+
     cls = registry.get(name)
     lines = [f"### {name}", "", cls.summary, "", "| parameter | type | default | description |", "|---|---|---|---|"]
     for p in cls.Config.params():
@@ -154,6 +188,8 @@ def describe_markdown(name: str) -> str:
 
 
 def cmd_describe(argv: list[str]) -> int:
+    from prepline import registry
+
     ap = argparse.ArgumentParser(prog="prepline describe", description="Show a transform's parameters.")
     ap.add_argument("transform")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
@@ -192,7 +228,7 @@ def cmd_sample(argv: list[str]) -> int:
 
 
 def cmd_compile(argv: list[str]) -> int:
-    from prepline import images
+    from prepline import images, registry
 
     ap = argparse.ArgumentParser(prog="prepline compile",
                                  description="Compile every component and pipeline into compiled/ and the Elyra catalog into "

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from conftest import children, has_open_under
+from conftest import has_open_under, pool_workers
 
 from faults.harness import (Env, Row, account, case, clear_error, first_error, fresh, markers, meta, tagged_processes,
                             wait_for)
@@ -52,16 +52,11 @@ def race_local(env: Env, row: Row) -> Row:
 def _kill_a_pool_worker(parent: int, stop: threading.Event, killed: list, inputs: Path) -> None:
     """SIGKILL the first pool worker seen; ``killed`` gets (pid, whether it was reading an input)."""
     while not stop.is_set():
-        for pid in children(parent):
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"spawn_main" in cmd:
-                busy = has_open_under(pid, inputs)
-                os.kill(pid, signal.SIGKILL)
-                killed.append((pid, busy))
-                return
+        for pid in pool_workers(parent):
+            busy = has_open_under(pid, inputs)
+            os.kill(pid, signal.SIGKILL)
+            killed.append((pid, busy))
+            return
         time.sleep(0.005)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import children, descends_from, has_open_under, make_corpus, tree_bytes
+from conftest import descends_from, has_open_under, make_corpus, pool_workers, tree_bytes
 from prepline.engine import RunOptions, run_transform
 from prepline.errors import RunFailed
 from prepline.runtime.dispatch import WorkerLost, dispatch
@@ -103,12 +103,8 @@ def _kill_first_pool_worker(stop: threading.Event, killed: list, busy_in: Path |
     driver takes its tasks back)."""
     me = os.getpid()
     while not stop.is_set():
-        for pid in children(me):
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"multiprocessing" in cmd and b"resource_tracker" not in cmd and (busy_in is None or has_open_under(pid, busy_in)):
+        for pid in pool_workers(me):
+            if busy_in is None or has_open_under(pid, busy_in):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
                 return

@@ -5,7 +5,8 @@ No start-up tax: the driver's own worker (a thread of the driver's process) take
 (largest) task at once, while the pool's processes start and import; once it has nothing left to
 do, it takes back the tasks handed to the pool that no pool process has started yet (a claim file
 per task decides who runs it), so a short phase never waits for a process to start. A phase with
-one task never starts the pool. The pool lives for the whole run (all phases): each worker process keeps one
+one task never starts the pool (but ``prepline run`` starts its processes as it begins, before it
+imports the transform: :mod:`prepline.runtime.procs`). The pool lives for the whole run (all phases): each worker process keeps one
 :class:`~prepline.worker.Worker` per phase spec, so models load once per process.
 """
 
@@ -23,59 +24,16 @@ from concurrent.futures.process import BrokenProcessPool
 from prepline.context import WorkerSpec
 from prepline.progress import Report
 from prepline.runtime.dispatch import OnResult, WorkerLost, dispatch
+from prepline.runtime.procs import new_pool, send, take_prestarted
 from prepline.worker import Worker
 
 _current: tuple[WorkerSpec, Worker] | None = None
-#: in a pool worker: where running tasks' progress goes (to the driver)
-_progress: "mp.Queue | None" = None
-
-
-def init_worker(parent: int, progress: "mp.Queue | None" = None) -> None:
-    """Pool worker initializer: tied to the driver, logging like it, progress to its queue."""
-    global _progress
-    from multiprocessing import util
-
-    from prepline import logs
-
-    die_with_parent(parent)
-    logs.setup_worker()
-    util.Finalize(None, logs.flush_repeats, exitpriority=10)  # the warnings it held back, said as it exits
-    _progress = progress
-
-
-def _send(key: str, docs: int, nbytes: int) -> None:
-    if _progress is not None:
-        _progress.put_nowait((key, docs, nbytes))
-
-
-def die_with_parent(parent: int) -> None:
-    """Pool worker initializer: never outlive the run, however it ends (even SIGKILL, which runs no
-    cleanup). The kernel sends SIGKILL when the parent dies (PR_SET_PDEATHSIG, Linux); elsewhere,
-    and as a second line, a thread checks every second that the parent is still there."""
-    import ctypes
-    import signal
-    import threading
-    import time
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # it died before the line above
-        os._exit(1)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="prepline-parent-watch", daemon=True).start()
 
 
 def _run(spec: WorkerSpec, task) -> dict:
     global _current
     if _current is None or _current[0] != spec:  # one phase at a time: a new phase, a new Worker
-        _current = (spec, Worker(spec, _send))
+        _current = (spec, Worker(spec, send))
     return _current[1].run(task)
 
 
@@ -319,13 +277,13 @@ class LocalExecutor:
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            ctx = mp.get_context("spawn")  # spawn: safe with the threads pyarrow/duckdb start; fork is not.
+            # the processes the command line started early, else new ones (with the run's queue)
+            early = take_prestarted(self.pool_size) if self._queue is None else None
+            self._pool, q = early or new_pool(self.pool_size, self._queue)
             if self._queue is None:
-                self._queue = ctx.Queue()
+                self._queue = q
                 self._drain = threading.Thread(target=self._forward, args=(self._queue,), name="prepline-progress-in", daemon=True)
                 self._drain.start()
-            self._pool = ProcessPoolExecutor(self.pool_size, mp_context=ctx, initializer=init_worker,
-                                             initargs=(os.getpid(), self._queue))
             self._pool_generation += 1
         return self._pool
 

@@ -1,0 +1,60 @@
+"""``prepline run`` starts the pool's processes as it begins: forked while the driver has one thread,
+taken by the run's executor, stopped when the run never needs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from conftest import make_corpus, tree_bytes
+from prepline.engine import RunOptions, run_transform
+
+SCRIPT = textwrap.dedent("""
+    import json, multiprocessing as mp, sys, threading
+    from prepline import cli
+    from prepline.runtime import local, procs
+
+    taken = []
+    original = procs.take_prestarted
+    def spy(size):
+        got = original(size)
+        if got is not None:
+            taken.append(got[0]._mp_context.get_start_method())
+        return got
+    local.take_prestarted = spy
+
+    src, out = sys.argv[1], sys.argv[2]
+    codes = [cli.main(["run", "doc_id", "--input", src, "--output", out, "--workers", "2", "--no-progress"]) for _ in range(2)]
+    print(json.dumps({"codes": codes, "taken": taken, "left": procs._early is not None,
+                      "children": [p.pid for p in mp.active_children()]}))
+""")
+
+
+def test_the_run_takes_the_forked_pool_and_a_resumed_run_leaves_no_process(tmp_path):
+    src = make_corpus(tmp_path / "in", files=6)
+    run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "ref"), workers=1))
+    r = subprocess.run([sys.executable, "-c", SCRIPT, str(src), str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    # the first run took the prestarted pool (forked: the driver had one thread); the second found
+    # the output complete (resumed), never used its prestarted processes, and they were stopped
+    assert got["codes"] == [0, 0] and got["taken"] == ["fork"]
+    assert not got["left"] and got["children"] == []
+    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
+
+
+def test_a_driver_with_threads_prestarts_by_spawning(tmp_path):
+    script = textwrap.dedent("""
+        import threading, time
+        from prepline.runtime import procs
+        threading.Thread(target=time.sleep, args=(5,), daemon=True).start()
+        procs.prestart(2, "doc_id")
+        method = procs._early[0]._mp_context.get_start_method()
+        procs.drop_prestarted()
+        print(method, procs._early)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["spawn", "None"]
