@@ -6,6 +6,7 @@ Not a transform (no ``@register``): imported by :mod:`prepline.transforms.ingest
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import IO, Callable, Iterator
 
@@ -51,14 +52,20 @@ class Record:
     error: str | None = None
 
 
-def _decode(body: bytes, content_type: str) -> tuple[str | None, str]:
-    """HTML bytes to str: the declared charset if it decodes, else Resiliparse's detection."""
-    declared = ""
+@functools.lru_cache(maxsize=256)
+def _declared_charset(content_type: str) -> str:
+    """The charset a Content-Type header names ('' for none); a crawl repeats a few of them."""
     if "charset" in content_type.lower():
         for part in content_type.split(";"):
             k, _, v = part.strip().partition("=")
             if k.lower() == "charset":
-                declared = v.strip().strip('"').lower()
+                return v.strip().strip('"').lower()
+    return ""
+
+
+def _decode(body: bytes, content_type: str) -> tuple[str | None, str]:
+    """HTML bytes to str: the declared charset if it decodes, else Resiliparse's detection."""
+    declared = _declared_charset(content_type)
     if declared:
         try:
             return body.decode(declared), declared

@@ -50,6 +50,18 @@ def test_bench_memory_smoke_prints_its_ratios(tmp_path):
         tmp_path / "file1mb" / "sample" / "part-00000.parquet").num_rows
 
 
+@pytest.mark.slow
+def test_bench_ingest_smoke_prints_its_ratios():
+    """scripts/bench_ingest.py on 40 pages, one round: every baseline and the stage are timed."""
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_ingest.py"), "--pages", "40", "--files", "2",
+                          "--extractors", "resiliparse", "--rounds", "1"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in out.stdout.splitlines() if line.startswith("| |")]
+    assert [r[1] for r in rows] == ["1", "2", "1", "2"]  # FastWARC + extractor, then ingest, on 1 and 2 processes
+    for r in rows[2:]:
+        assert all(float(x) > 0 for x in r[3:6])  # ratios were measured (targets live in the benchmark, not here)
+
+
 def _words(n: int, rng: random.Random) -> str:
     return " ".join(f"w{rng.randrange(5000)}" for _ in range(n))
 
