@@ -212,7 +212,7 @@ class _Encoder:
                 c[i] = len(ids)
             values = np.concatenate(arrays)
             again = int(docs.size)
-        return values.astype(np.int32), c, again
+        return values.view(np.int32), c, again  # ids < 2**31: the same bits
 
     def encode(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray, int, int]:
         """Returns (values int32, counts int64 per document, number of documents cut in pieces,
