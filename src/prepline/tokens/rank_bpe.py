@@ -52,7 +52,6 @@ class RankBPE:
 
     encoding: Any  # tiktoken.Encoding
     unsafe: np.ndarray  # bool per id
-    merges_checked: int
 
     def encode(self, text: str) -> np.ndarray:
         """The ids of ``text`` (uint32); special tokens written in the text are plain text."""
@@ -149,4 +148,4 @@ def rank_bpe(json_text: str) -> tuple[RankBPE | None, str]:
         parts, only_rules = _merge_trace(word, ranks, rules)
         unsafe[i] = not (only_rules and len(parts) == 1)
     enc = tiktoken.Encoding("prepline-rank-bpe", pat_str=GPT2_SPLIT, mergeable_ranks=ranks, special_tokens={})
-    return RankBPE(enc, unsafe, len(rules)), ""
+    return RankBPE(enc, unsafe), ""
