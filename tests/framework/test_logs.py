@@ -129,13 +129,15 @@ def _cli(args: list[str], env: dict | None = None, timeout: int = 300) -> subpro
 def test_a_piped_stage_logs_json_progress_on_schedule(tmp_path):
     from prepline.sample import build_sample
 
-    build_sample(str(tmp_path / "in"), docs=400, files=4)
+    # enough documents that the final phase outlasts several intervals even with the pool started
+    # as the command begins (400 documents took 0.2 s: one interval, no tick to check)
+    build_sample(str(tmp_path / "in"), docs=4000, files=4)
     r = _cli(["--log-format", "json", "run", "doc_quality", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "o"),
               "--workers", "2", "--progress-interval", "0.25"], {"PREPLINE_BATCH_MB": "0.02"})
     assert r.returncode == 0, r.stderr
     recs = [json.loads(x) for x in r.stderr.splitlines()]  # every log line is JSON
     prog = [x for x in recs if x["logger"] == "prepline.progress"]
-    assert prog[-1]["progress"]["final"] and prog[-1]["progress"]["docs"] == 400 and prog[-1]["progress"]["tasks_done"] == 4
+    assert prog[-1]["progress"]["final"] and prog[-1]["progress"]["docs"] == 4000 and prog[-1]["progress"]["tasks_done"] == 4
     ticks = [x["progress"]["elapsed_s"] for x in prog if x["phase"] == "final" and not x["progress"]["final"]]
     # on schedule: a line at least every interval (plus scheduling slack) from the start to the end
     times = [0.0, *ticks, prog[-1]["progress"]["elapsed_s"]]
