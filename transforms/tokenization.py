@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -54,7 +53,7 @@ from prepline.errors import ConfigError, InputError
 from prepline.registry import register
 from prepline.sharded import parquet_files
 from prepline.tokens.indexed import bin_name, document_stream, idx_name, index_bytes, token_dtype
-from prepline.tokens.rank_bpe import RankBPE, rank_bpe, refusal
+from prepline.tokens.rank_bpe import RankBPE, rank_bpe
 from prepline.tokens.output import TOKENS_DIR, Source, list_parts, part_dir, part_name, write_tokens_dir
 from prepline.tokens.tokenizer import (TOKENIZER_FILE, LoadedTokenizer, build_tokenizer, no_text, prefix_within,
                                        sample_streamed, texts_in_batches, train_bpe)
@@ -379,7 +378,7 @@ class Tokenization(Transform):
             return "tokenizers (fast_encoder=false)"
         if any(s.get("counters", {}).get("fast_encoded_docs") for s in final.values()):
             return "tiktoken, exact (texts it cannot vouch for: tokenizers)"
-        why = refusal(json.loads(lt.json_text)) or rank_bpe_cached(lt.json_text)[1]
+        why = rank_bpe_cached(lt.json_text)[1]  # its shape check comes first and is cheap
         return f"tokenizers ({why})" if why else "tiktoken, exact (texts it cannot vouch for: tokenizers)"
 
     def finish(self, results, ctx) -> dict:

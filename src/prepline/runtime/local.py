@@ -24,7 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from prepline.context import WorkerSpec
 from prepline.progress import Report
 from prepline.runtime.dispatch import OnResult, WorkerLost, dispatch
-from prepline.runtime.procs import new_pool, send, take_prestarted
+from prepline.runtime.procs import kill_pool, new_pool, send, take_prestarted
 from prepline.worker import Worker
 
 _current: tuple[WorkerSpec, Worker] | None = None
@@ -331,9 +331,7 @@ class LocalExecutor:
 
     def abort(self) -> None:
         if self._pool is not None:
-            for p in list(getattr(self._pool, "_processes", {}).values()):  # no public way before Python 3.14
-                p.kill()
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            kill_pool(self._pool)
             self._pool = None
         self._stop_drain()
 

@@ -118,10 +118,15 @@ def drop_prestarted() -> None:
         return
     pool, q, _ = _early
     _early = None
+    for p in kill_pool(pool):
+        p.join(timeout=5)
+    q.close()
+
+
+def kill_pool(pool: ProcessPoolExecutor) -> list:
+    """SIGKILL the pool's processes and shut it down without waiting; the processes it had."""
     started = list(getattr(pool, "_processes", {}).values())  # no public way before Python 3.14
     for p in started:
         p.kill()
     pool.shutdown(wait=False, cancel_futures=True)
-    for p in started:
-        p.join(timeout=5)
-    q.close()
+    return started
