@@ -66,13 +66,14 @@ class _Batch:
     def __init__(self) -> None:
         self.cols: dict[str, list] = {k: [] for k in ("text", "source_id", "url", "date", "metadata", ERROR)}
 
-    def add(self, source_id: str, text: str | None = None, url: Any = None, date: Any = None, meta: dict | None = None, error: str | None = None) -> None:
+    def add(self, source_id: str, text: str | None = None, url: Any = None, date: Any = None, meta: dict | str | None = None, error: str | None = None) -> None:
+        """One record; ``meta`` is a dict, or its JSON text already written (WARC pages)."""
         c = self.cols
         c["text"].append(text if error is None else None)
         c["source_id"].append(source_id)
         c["url"].append(None if url is None else str(url))
         c["date"].append(None if date is None else str(date))
-        c["metadata"].append(_JSON.encode(meta) if meta else None)
+        c["metadata"].append(meta if meta is None or isinstance(meta, str) else _JSON.encode(meta) if meta else None)
         c[ERROR].append(error)
 
     def __len__(self) -> int:
@@ -171,8 +172,9 @@ class Ingest(Transform):
     def _read_warc(self, task: FileTask, f: IO[bytes], batch: _Batch) -> Iterator[None]:
         from prepline.transforms.ingest_html import warc_records
 
-        for rec in warc_records(f, self._extract):
-            batch.add(rec.record_id, rec.text, rec.url, rec.date, rec.meta, rec.error)
+        add = batch.add
+        for row in warc_records(f, self._extract):
+            add(*row)
             yield
 
     def _read_shards(self, task: FileTask, ctx: PhaseContext) -> Iterator[pa.Table]:

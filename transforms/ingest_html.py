@@ -7,7 +7,8 @@ Not a transform (no ``@register``): imported by :mod:`prepline.transforms.ingest
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+import json
+from json.encoder import encode_basestring as _quote  # type: ignore[attr-defined]  # json's own (C) string quoting
 from typing import IO, Callable, Iterator
 
 import pyarrow as pa
@@ -42,14 +43,16 @@ def make_extractor(name: str) -> Extractor:
         raise ConfigError(f"extractor '{name}' needs {e.name}, which is not installed", "pip install 'prepline[ingest]'") from None
 
 
-@dataclass
-class Record:
-    record_id: str
-    text: str | None = None
-    url: str | None = None
-    date: str | None = None
-    meta: dict = field(default_factory=dict)
-    error: str | None = None
+#: one WARC/WET record as ingest stores it: (source_id, text, url, date, metadata JSON, error)
+Row = tuple[str, "str | None", "str | None", "str | None", "str | None", "str | None"]
+
+#: the metadata of a WET conversion record (the same for all)
+_WET_META = json.dumps({"warc_type": "conversion"})
+
+
+def _charset(declared: str | None) -> str:
+    """A charset as an HTTP header gives it (FastWARC keeps the quotes of ``charset="utf-8"``)."""
+    return declared.strip().strip("\"'").lower() if declared else ""
 
 
 @functools.lru_cache(maxsize=256)
@@ -59,13 +62,12 @@ def _declared_charset(content_type: str) -> str:
         for part in content_type.split(";"):
             k, _, v = part.strip().partition("=")
             if k.lower() == "charset":
-                return v.strip().strip('"').lower()
+                return _charset(v)
     return ""
 
 
-def _decode(body: bytes, content_type: str) -> tuple[str | None, str]:
+def _decode(body: bytes, declared: str) -> tuple[str | None, str]:
     """HTML bytes to str: the declared charset if it decodes, else Resiliparse's detection."""
-    declared = _declared_charset(content_type)
     if declared:
         try:
             return body.decode(declared), declared
@@ -80,36 +82,54 @@ def _decode(body: bytes, content_type: str) -> tuple[str | None, str]:
         return None, enc
 
 
-def warc_records(f: IO[bytes], extract: Extractor) -> Iterator[Record]:
-    """One :class:`Record` per WARC response or WET conversion record (gzip detected by FastWARC).
-    Other record types (request, metadata, warcinfo) are not documents and are skipped."""
-    from fastwarc.warc import ArchiveIterator, WarcRecordType
+def meta_json(encoding: str, html_bytes: int, found: dict) -> str:
+    """The metadata of an extracted page as JSON, the same text ``json.dumps(..., sort_keys=True,
+    ensure_ascii=False)`` gives, written directly for the usual shape (the extractor found a title
+    or nothing): this runs once per page."""
+    title = found.get("title") if len(found) == 1 else None
+    if found and not isinstance(title, str):
+        return json.dumps({"encoding": encoding, "html_bytes": html_bytes, **found}, ensure_ascii=False, sort_keys=True, default=str)
+    head = f'{{"encoding": {_quote(encoding)}, "html_bytes": {html_bytes:d}'
+    return head + (f', "title": {_quote(title)}}}' if title is not None else "}")
 
-    wanted = WarcRecordType.response | WarcRecordType.conversion | WarcRecordType.resource
+
+def warc_records(f: IO[bytes], extract: Extractor) -> Iterator[Row]:
+    """One row per WARC response or WET conversion record (gzip detected by FastWARC).
+    Other record types (request, metadata, warcinfo) are not documents and are skipped.
+
+    Headers are looked up by FastWARC's own header keys and its parsed HTTP content type: a lookup
+    by a ``str`` name costs ~1.4 µs (FastWARC first tries the name as a ``WarcHeader`` and raises),
+    against ~0.4 µs."""
+    from fastwarc.warc import ArchiveIterator, WarcHeader, WarcRecordType
+
+    record_id, target, warc_date, content_type = WarcHeader.WARC_RECORD_ID, WarcHeader.WARC_TARGET_URI, WarcHeader.WARC_DATE, WarcHeader.CONTENT_TYPE
+    conversion = WarcRecordType.conversion
+    wanted = WarcRecordType.response | conversion | WarcRecordType.resource
     for rec in ArchiveIterator(f, record_types=wanted, parse_http=True):
         h = rec.headers
-        r = Record(h.get("WARC-Record-ID", "").strip("<>"), url=h.get("WARC-Target-URI") or None, date=h.get("WARC-Date") or None)
+        sid, url, date = (h.get(record_id) or "").strip("<>"), h.get(target) or None, h.get(warc_date) or None
         body = rec.reader.read()
-        if rec.record_type == WarcRecordType.conversion:  # WET: already plain text
-            r.text = body.decode("utf-8", errors="replace")
-            r.meta = {"warc_type": "conversion"}
+        if rec.record_type == conversion:  # WET: already plain text
+            yield sid, body.decode("utf-8", errors="replace"), url, date, _WET_META, None
+            continue
+        http = rec.http_headers
+        if http is not None:
+            ctype, declared = rec.http_content_type or "", _charset(rec.http_charset)
+        else:  # a resource record: the payload's own type is the WARC Content-Type
+            ctype = h.get(content_type) or ""
+            declared = _declared_charset(ctype)
+        if http is not None and http.status_code and http.status_code >= 300:
+            yield sid, None, url, date, None, "http_status"
+        elif "html" not in ctype.lower():
+            yield sid, None, url, date, None, "not_html"
         else:
-            http = rec.http_headers
-            ctype = (http.get("Content-Type", "") if http else h.get("Content-Type", "")) or ""
-            if http is not None and http.status_code and http.status_code >= 300:
-                r.error = "http_status"
-            elif "html" not in ctype.lower():
-                r.error = "not_html"
-            else:
-                html, enc = _decode(body, ctype)
-                if html is None:
-                    r.error = "bad_encoding"
-                else:
-                    text, meta = extract(html)
-                    r.text, r.meta = text, {"encoding": enc, "html_bytes": len(body), **meta}
-                    if not text.strip():
-                        r.error = "no_text_extracted"
-        yield r
+            html, enc = _decode(body, declared)
+            if html is None:
+                yield sid, None, url, date, None, "bad_encoding"
+                continue
+            text, found = extract(html)
+            meta = meta_json(enc, len(body), found)
+            yield sid, text, url, date, meta, None if text.strip() else "no_text_extracted"
 
 
 def shard_batches(loc, task, batch_rows: int) -> Iterator[pa.RecordBatch]:

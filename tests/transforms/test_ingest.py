@@ -109,6 +109,59 @@ def test_wet_conversion_records(tmp_path):
     assert [r["contents"] for r in rows(tmp_path / "out")] == texts
 
 
+def test_warc_charsets_and_resource_records(tmp_path):
+    """The declared charset decodes the page (quoted as some servers send it); a wrong one or none
+    falls back to detection; a resource record's type is its WARC Content-Type."""
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    body = "<html><head><title>Caf\u00e9 cr\u00e8me</title></head><body><article><p>{}</p></article></body></html>"
+    para = "Le caf\u00e9 cr\u00e8me de la gr\u00e8ve co\u00fbte trois euros \u00e0 Paris, dit-on. " * 6
+    pages = [  # (Content-Type, encoding of the bytes)
+        ('text/html;charset="ISO-8859-1"', "latin-1"),
+        ("text/html", "utf-8"),
+        ("text/html; charset=no-such-charset", "utf-8"),
+        ("text/html; charset='UTF-8'", "utf-8"),
+    ]
+    src = tmp_path / "in"
+    src.mkdir()
+    with open(src / "c.warc.gz", "wb") as out:
+        w = WARCWriter(out, gzip=True)
+        for i, (ctype, enc) in enumerate(pages):
+            hh = StatusAndHeaders("200 OK", [("Content-Type", ctype)], protocol="HTTP/1.1")
+            w.write_record(w.create_warc_record(f"https://fr.example/{i}", "response", payload=io.BytesIO(body.format(para).encode(enc)), http_headers=hh))
+        w.write_record(w.create_warc_record("https://fr.example/r", "resource", payload=io.BytesIO(body.format(para).encode("cp1252")),
+                                            warc_headers_dict={"Content-Type": "text/html; charset=windows-1252"}))
+        w.write_record(w.create_warc_record("https://fr.example/t", "resource", payload=io.BytesIO(b"plain"), warc_headers_dict={"Content-Type": "text/plain"}))
+    meta = run(src, tmp_path / "out")
+    assert meta["totals"]["removed"] == {"not_html": 1}
+    got = rows(tmp_path / "out")
+    assert [r["url"] for r in got] == [f"https://fr.example/{i}" for i in range(4)] + ["https://fr.example/r"]
+    for r in got:
+        assert "caf\u00e9 cr\u00e8me de la gr\u00e8ve" in r["contents"], r
+        m = json.loads(r["metadata"])
+        assert m["title"] == "Caf\u00e9 cr\u00e8me" and m["html_bytes"] > len(para)
+    assert [json.loads(r["metadata"])["encoding"] for r in got][::4] == ["iso-8859-1", "windows-1252"]
+
+
+def test_page_metadata_json_is_what_json_dumps_writes():
+    """The hand-written metadata JSON of a page (one per record: the hot path) equals json.dumps's."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from prepline.transforms.ingest_html import meta_json
+
+    found = st.one_of(st.just({}), st.fixed_dictionaries({"title": st.text()}), st.dictionaries(st.text(max_size=8), st.one_of(st.text(), st.integers(), st.none())))
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(max_size=20), st.integers(min_value=0, max_value=10**12), found)
+    def check(encoding, n, extra):
+        want = json.dumps({"encoding": encoding, "html_bytes": n, **extra}, ensure_ascii=False, sort_keys=True, default=str)
+        assert meta_json(encoding, n, extra) == want
+
+    check()
+
+
 def test_jsonl_gz_zst_and_bad_records_counted(tmp_path):
     import zstandard
 
