@@ -36,3 +36,24 @@ def test_a_pool_task_the_driver_took_back_does_not_run_in_the_pool(tmp_path):
     assert local._claim(token) and not local._claim(token)  # one process wins the claim
     assert local._run_claimed(None, None, token) == {"taken_back": True}
     assert not local._claim(str(tmp_path / "gone" / "2"))  # the phase is over: nothing may run
+
+
+def test_each_pool_process_has_its_next_task_queued_and_every_task_runs_once(tmp_path, monkeypatch):
+    """A pool process finds its next task waiting when it finishes one: it does not wait for the
+    driver's process, whose threads hand results and tasks on only when they get the GIL from the
+    driver's own busy worker. A queued task is still the driver's to take back, and none runs twice."""
+    src = make_corpus(tmp_path / "in", files=7)
+    run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "ref"), workers=1))
+    outstanding: list[int] = []
+    submit = local._Pool.submit
+
+    def counting_submit(self, task, token):
+        fut = submit(self, task, token)
+        outstanding.append(sum(1 for f in self._generation if not f.done()))
+        return fut
+
+    monkeypatch.setattr(local._Pool, "submit", counting_submit)
+    meta = run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "out"), workers=2)).metadata
+    assert max(outstanding) == 2  # the one its process runs and the next (pool of 1 process)
+    assert meta["status"] == "success" and meta["totals"]["docs_in"] == sum(f["docs_in"] for f in meta["files"].values())
+    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")  # every file once, same bytes

@@ -196,7 +196,12 @@ class _DriverAndPool:
 
     def __init__(self, executor: "LocalExecutor", spec: WorkerSpec, report: Report | None = None):
         self.pool = _Pool(executor, spec)
-        self.capacity = executor.workers
+        # one task queued for each pool process besides the one it runs: a finished pool task's
+        # result, and the next task, pass through threads of the driver's process, where they wait
+        # for the GIL while the driver's own worker runs (a pool process then idled 20-100 ms
+        # between files, ~15% of a 2-worker ingest). A queued task the pool has not started is
+        # what an idle driver takes back, so the last files never wait behind a busy process.
+        self.capacity = executor.workers + executor.pool_size
         self._driver = _DriverWorker(spec, report)
         self._driver_busy = False
         self._driver_task: Future | None = None
