@@ -61,10 +61,17 @@ _JSON = json.JSONEncoder(ensure_ascii=False, default=str, sort_keys=True)
 
 
 class _Batch:
-    """Rows of one batch, column by column."""
+    """Rows of one batch, column by column: every ``CHUNK`` rows become Arrow arrays, so the Python
+    strings of a page are freed while their memory is still in the cache (rather than a whole
+    batch of them kept until its table is built)."""
+
+    CHUNK = 256
+    NAMES = ("text", "source_id", "url", "date", "metadata", ERROR)
 
     def __init__(self) -> None:
-        self.cols: dict[str, list] = {k: [] for k in ("text", "source_id", "url", "date", "metadata", ERROR)}
+        self.cols: dict[str, list] = {k: [] for k in self.NAMES}
+        self._chunks: list[pa.RecordBatch] = []
+        self._done = 0
 
     def add(self, source_id: str, text: str | None = None, url: Any = None, date: Any = None, meta: dict | str | None = None, error: str | None = None) -> None:
         """One record; ``meta`` is a dict, or its JSON text already written (WARC pages)."""
@@ -75,17 +82,31 @@ class _Batch:
         c["date"].append(None if date is None else str(date))
         c["metadata"].append(meta if meta is None or isinstance(meta, str) else _JSON.encode(meta) if meta else None)
         c[ERROR].append(error)
+        if len(c[ERROR]) >= self.CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        n = len(self.cols[ERROR])
+        if n:
+            self._chunks.append(pa.record_batch([pa.array(v, pa.string()) for v in self.cols.values()], names=list(self.NAMES)))
+            self._done += n
+            for v in self.cols.values():
+                v.clear()
 
     def __len__(self) -> int:
-        return len(self.cols["source_id"])
+        return self._done + len(self.cols[ERROR])
 
     def clear(self) -> None:
         for v in self.cols.values():
             v.clear()
+        self._chunks, self._done = [], 0
 
     def table(self, text_column: str) -> pa.Table:
-        names = {"text": text_column}
-        return pa.table({names.get(k, k): pa.array(v, pa.string()) for k, v in self.cols.items()})
+        self._flush()
+        names = [text_column if k == "text" else k for k in self.NAMES]
+        if not self._chunks:
+            return pa.table({k: pa.array([], pa.string()) for k in names})
+        return pa.Table.from_batches(self._chunks).rename_columns(names)
 
 
 @register
