@@ -64,6 +64,7 @@ def _load(args: tuple[list[str], list[str], float]) -> None:
 
 
 def _extract_loaded(name: str) -> int:
+    """The extractor on this process's HTML; returns the process id."""
     ex = _extractor(name)
     for h in _HTML:
         ex(h)
@@ -72,7 +73,7 @@ def _extract_loaded(name: str) -> int:
 
 def _read_and_extract(args: tuple[str, list[str]]) -> int:
     """The shortest script a user would write: FastWARC over the WARC files, the extractor on each
-    HTML response (UTF-8), nothing kept. Returns the number of pages."""
+    HTML response (UTF-8), nothing kept. Returns the process id (both halves must run at once)."""
     from fastwarc.warc import ArchiveIterator, WarcRecordType
 
     name, paths = args

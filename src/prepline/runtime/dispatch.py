@@ -1,11 +1,12 @@
 """The one dispatch loop both executors share.
 
 A :class:`Backend` runs one task on one of its workers and reports when tasks finish; the loop
-keeps every worker busy (the next task goes to whichever worker is free, so skewed file sizes
-do not stall a run; a backend may queue one more per worker, as the local pool does), hands each result to the driver as it arrives, and runs
-a task again when its worker died under it or a transient fault stopped it (tasks are idempotent
-by design), a bounded number of times, before reporting it as failed. A backend may shrink its
-capacity when workers are lost for good (a Ray node gone) and grow it again when they come back.
+keeps every worker busy (the next task goes to whichever worker is free, so skewed file sizes do
+not stall a run; a backend may queue one more per worker, as the local pool does), hands each
+result to the driver as it arrives, and runs a task again when its worker died under it or a
+transient fault stopped it (tasks are idempotent by design), a bounded number of times, before
+reporting it as failed. A backend may shrink its capacity when workers are lost for good (a Ray
+node gone) and grow it again when they come back.
 """
 
 from __future__ import annotations
