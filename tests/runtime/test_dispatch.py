@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import descends_from, has_open_under, make_corpus, pool_workers, tree_bytes
+from prepline.context import FINAL
 from prepline.engine import RunOptions, run_transform
 from prepline.errors import RunFailed
 from prepline.runtime.dispatch import WorkerLost, dispatch
@@ -132,13 +133,22 @@ def test_a_killed_pool_worker_is_replaced_and_the_output_is_identical(tmp_path, 
 @pytest.mark.slow
 def test_with_no_retries_a_killed_worker_fails_the_run_with_metadata(tmp_path, monkeypatch):
     src = make_corpus(tmp_path / "in", files=8)
-    # the driver's own worker (a thread of this process; the pool's processes import afresh) is
-    # slowed down, so the pool's process gets tasks of its own however long it takes to start
+    # the driver's own worker (a thread of this process; the pool's processes import afresh) waits
+    # until the pool's process was killed, so that process gets tasks of its own however long it
+    # takes to start (a fixed delay of the driver's tasks once lost this race under load: the
+    # driver ran and took back every task, and the run had nothing to fail)
     from prepline.worker import Worker
 
     run = Worker.run
-    monkeypatch.setattr(Worker, "run", lambda self, task: (time.sleep(0.5), run(self, task))[1])
     stop, killed = threading.Event(), []
+
+    def after_the_kill(self, task):
+        deadline = time.monotonic() + 120
+        while self.spec.phase == FINAL and not killed and time.monotonic() < deadline:  # (doc_id's count phase runs on the driver)
+            time.sleep(0.01)
+        return run(self, task)
+
+    monkeypatch.setattr(Worker, "run", after_the_kill)
     # killed while it reads an input file, i.e. with a task of its own (not one the driver takes back)
     t = threading.Thread(target=_kill_first_pool_worker, args=(stop, killed, tmp_path / "in"), daemon=True)
     t.start()
