@@ -128,7 +128,6 @@ class _Pool:
 
     def __init__(self, executor: "LocalExecutor", spec: WorkerSpec):
         self.ex, self.spec = executor, spec
-        self.capacity = executor.pool_size
         self._generation: dict[Future, int] = {}
 
     def submit(self, task, token: str) -> Future:
