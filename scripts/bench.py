@@ -55,16 +55,15 @@ def dir_bytes(p: Path) -> int:
 def plain_copy(src: Path, dst: Path) -> float:
     import pyarrow.parquet as pq
 
-    from prepline.data_access import PARQUET_WRITE_OPTIONS
+    from prepline.data_access import LocalLocation
 
     shutil.rmtree(dst, ignore_errors=True)
+    out = LocalLocation(str(dst))
     t0 = time.perf_counter()
     for f in sorted(src.rglob("*.parquet")):
         if any(p.startswith("_") for p in f.relative_to(src).parts):
             continue
-        out = dst / f.relative_to(src)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pq.read_table(f), out, **PARQUET_WRITE_OPTIONS)
+        out.write_parquet(f.relative_to(src).as_posix(), pq.read_table(f))  # encoded as every stage writes
     return time.perf_counter() - t0
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import IO, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from prepline.errors import InputError, ServiceError, ServiceUnavailable
@@ -172,9 +173,18 @@ class ParquetSink:
 
     def __init__(self, f: IO[bytes], schema: pa.Schema):
         self._counting = _CountingFile(f)
-        self._writer = pq.ParquetWriter(pa.PythonFile(self._counting, mode="w"), schema, **_writer_options())
+        self._writer: pq.ParquetWriter | None = None  # opened by the first table: its values pick the encodings
         self.schema = schema
         self.rows = 0
+
+    def _open(self, first: pa.Table | None) -> pq.ParquetWriter:
+        plain = _long_value_columns(first) if first is not None else set()
+        opts = _writer_options()
+        if plain:  # the others keep the defaults (dictionary encoding, min/max statistics)
+            rest = [n for n in self.schema.names if n not in plain]
+            opts |= dict(use_dictionary=rest, write_statistics=rest)
+        self._writer = pq.ParquetWriter(pa.PythonFile(self._counting, mode="w"), self.schema, **opts)
+        return self._writer
 
     def write(self, table: pa.Table) -> None:
         if not table.schema.equals(self.schema, check_metadata=False):
@@ -185,15 +195,17 @@ class ParquetSink:
                     f"a batch's columns ({table.schema}) differ from the first batch's ({self.schema}): {e}",
                     "a transform must give every batch of a file the same columns and types",
                 ) from None
-        self._writer.write_table(table, row_group_size=PARQUET_WRITE_OPTIONS["row_group_size"])
+        writer = self._writer or self._open(table)
+        writer.write_table(table, row_group_size=PARQUET_WRITE_OPTIONS["row_group_size"])
         self.rows += table.num_rows
 
     def close(self) -> None:
-        self._writer.close()
+        (self._writer or self._open(None)).close()
 
     def abandon(self) -> None:
         with contextlib.suppress(Exception):
-            self._writer.close()
+            if self._writer is not None:
+                self._writer.close()
 
     @property
     def bytes_written(self) -> int:
@@ -202,6 +214,28 @@ class ParquetSink:
 
 def _writer_options() -> dict:
     return {k: v for k, v in PARQUET_WRITE_OPTIONS.items() if k != "row_group_size"}
+
+
+#: a string or binary column whose values average this many bytes or more holds documents (text,
+#: HTML), not labels
+LONG_VALUE_BYTES = 256
+
+
+def _long_value_columns(table: pa.Table) -> set[str]:
+    """The columns of long values (documents' text), written without dictionary encoding or
+    statistics: a dictionary of distinct documents outgrows its page (1 MiB) and is dropped after
+    hashing that much of each column chunk, and the min and max of texts prune no query (they
+    only fill the footer). Skipping both writes the same bytes of text ~7% faster (ingest's
+    output, docs/performance.md)."""
+    long = set()
+    for name, col in zip(table.column_names, table.columns):
+        t = col.type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)):
+            continue
+        values = len(col) - col.null_count
+        if values and (pc.sum(pc.binary_length(col)).as_py() or 0) >= LONG_VALUE_BYTES * values:
+            long.add(name)
+    return long
 
 
 class _CountingFile(io.RawIOBase):

@@ -323,6 +323,43 @@ def test_write_parquet_same_bytes_local_and_memory(tmp_path):
     assert loc.read_bytes("t.parquet") == buf.getvalue().to_pybytes() and size == buf.getvalue().size
 
 
+def test_long_text_columns_are_written_plain_without_statistics(tmp_path):
+    """Documents' text (values of 256 bytes or more on average in the first table written) is
+    written without a dictionary or min/max statistics; short strings, ids and numbers keep both
+    (the sorted-id reads prune row groups by their statistics). The data is the same."""
+    rng = np.random.default_rng(5)
+    words = np.array(["alpha", "beta", "gamma", "delta", "épsilon", "zeta"])
+    texts = [" ".join(rng.choice(words, 80)) for _ in range(400)]
+    texts[7] = None
+    table = pa.table({
+        "contents": texts,
+        "html": pa.array([t.encode() * 2 if t else None for t in texts], pa.binary()),
+        "lang": ["en", "fr"] * 200,
+        "id": pa.array(range(400), pa.int64()),
+        "short_text": [t[:40] if t else None for t in texts],  # 40 bytes on average: a label, not a document
+    })
+    loc = LocalLocation(str(tmp_path))
+    with loc.parquet_writer("t.parquet", table.schema) as w:
+        w.write(table.slice(0, 200))
+        w.write(table.slice(200))  # the second table follows the choice made for the first
+    pf = loc.parquet_file("t.parquet")
+    assert pf.read().equals(table)
+    for g in range(pf.metadata.num_row_groups):
+        cols = {pf.metadata.row_group(g).column(i).path_in_schema: pf.metadata.row_group(g).column(i) for i in range(5)}
+        for name in ("contents", "html"):
+            assert "RLE_DICTIONARY" not in cols[name].encodings and not cols[name].is_stats_set, name
+        for name in ("lang", "id", "short_text"):
+            assert "RLE_DICTIONARY" in cols[name].encodings and cols[name].statistics.has_min_max, name
+        assert cols[name].compression == "ZSTD"
+    # an all-null or empty first table keeps the defaults; a sink with no table writes the schema
+    with loc.parquet_writer("n.parquet", table.schema) as w:
+        w.write(table.slice(7, 1).select(["contents", "html", "lang", "id", "short_text"]).filter(pa.array([True])))
+    assert loc.parquet_file("n.parquet").metadata.row_group(0).column(0).statistics is not None
+    with loc.parquet_writer("e.parquet", table.schema):
+        pass
+    assert loc.read_parquet("e.parquet").schema == table.schema and loc.read_parquet("e.parquet").num_rows == 0
+
+
 def test_write_parquet_failure_leaves_nothing(root, monkeypatch):
     table = pa.table({"x": [1, 2, 3]})
     root.write_parquet("keep.parquet", table)
