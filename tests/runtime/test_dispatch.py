@@ -112,12 +112,32 @@ def _kill_first_pool_worker(stop: threading.Event, killed: list, busy_in: Path |
         time.sleep(0.001)
 
 
+def _driver_waits_for_the_kill(monkeypatch, killed: list) -> None:
+    """The driver's own worker (a thread of this process; the pool's processes import afresh) waits
+    until the pool's process was killed, so that process gets tasks of its own however long it
+    takes to start. Without it the race was lost under load: the driver ran and took back every
+    task, so a run had nothing to fail or to run again."""
+    from prepline.worker import Worker
+
+    run = Worker.run
+
+    def after_the_kill(self, task):
+        deadline = time.monotonic() + 120
+        while self.spec.phase == FINAL and not killed and time.monotonic() < deadline:  # (doc_id's count phase runs on the driver)
+            time.sleep(0.01)
+        return run(self, task)
+
+    monkeypatch.setattr(Worker, "run", after_the_kill)
+
+
 @pytest.mark.slow
-def test_a_killed_pool_worker_is_replaced_and_the_output_is_identical(tmp_path, caplog):
+def test_a_killed_pool_worker_is_replaced_and_the_output_is_identical(tmp_path, caplog, monkeypatch):
     src = make_corpus(tmp_path / "in", files=8)
     run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "ref"), workers=1))
     stop, killed = threading.Event(), []
-    t = threading.Thread(target=_kill_first_pool_worker, args=(stop, killed), daemon=True)
+    _driver_waits_for_the_kill(monkeypatch, killed)
+    # killed while it reads an input file: its task is lost and must run again
+    t = threading.Thread(target=_kill_first_pool_worker, args=(stop, killed, tmp_path / "in"), daemon=True)
     t.start()
     try:
         meta = run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "out"), workers=2, max_failed_files=1)).metadata
@@ -133,22 +153,8 @@ def test_a_killed_pool_worker_is_replaced_and_the_output_is_identical(tmp_path, 
 @pytest.mark.slow
 def test_with_no_retries_a_killed_worker_fails_the_run_with_metadata(tmp_path, monkeypatch):
     src = make_corpus(tmp_path / "in", files=8)
-    # the driver's own worker (a thread of this process; the pool's processes import afresh) waits
-    # until the pool's process was killed, so that process gets tasks of its own however long it
-    # takes to start (a fixed delay of the driver's tasks once lost this race under load: the
-    # driver ran and took back every task, and the run had nothing to fail)
-    from prepline.worker import Worker
-
-    run = Worker.run
     stop, killed = threading.Event(), []
-
-    def after_the_kill(self, task):
-        deadline = time.monotonic() + 120
-        while self.spec.phase == FINAL and not killed and time.monotonic() < deadline:  # (doc_id's count phase runs on the driver)
-            time.sleep(0.01)
-        return run(self, task)
-
-    monkeypatch.setattr(Worker, "run", after_the_kill)
+    _driver_waits_for_the_kill(monkeypatch, killed)
     # killed while it reads an input file, i.e. with a task of its own (not one the driver takes back)
     t = threading.Thread(target=_kill_first_pool_worker, args=(stop, killed, tmp_path / "in"), daemon=True)
     t.start()

@@ -335,7 +335,8 @@ class LocalExecutor:
 
     def abort(self) -> None:
         if self._pool is not None:
-            kill_pool(self._pool)
+            for p in kill_pool(self._pool):
+                p.join(timeout=2)  # reaped: no process of the run outlives it (SIGKILL takes a moment under load)
             self._pool = None
         self._stop_drain()
 
