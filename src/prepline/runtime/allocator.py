@@ -1,9 +1,10 @@
 """The memory allocator of the processes that run transforms: mimalloc where it is installed.
 
-The HTML parser behind ingest (Lexbor, in Resiliparse), fastText, tokenizers and DuckDB allocate
-many small blocks per document through ``malloc``. With glibc's allocator that is about a third of
-the instructions of extracting a page (callgrind, docs/performance.md); preloaded, mimalloc does the
-same work in ~0.8x the time. An allocator is chosen when a process starts (``LD_PRELOAD``), so:
+The HTML parser behind ingest (Lexbor, in Resiliparse) allocates every node of every page's tree
+through ``malloc``: with glibc's allocator that is about a third of the instructions of extracting
+a page (callgrind, docs/performance.md), and preloaded, mimalloc ran the same reading loop in
+0.80-0.88x the time (other stages' libraries allocate through it too; they were not measured one by
+one). An allocator is chosen when a process starts (``LD_PRELOAD``), so:
 
 - ``prepline run`` (a command, not the Python API) starts itself again, once, with mimalloc
   preloaded, before it imports anything heavy (:func:`reexec`); its pool processes are forked from
