@@ -75,12 +75,10 @@ def test_two_heads_at_once_each_run_a_job_and_stop_cleanly(tmp_path, monkeypatch
         temps = [p._load(n)["temp_dir"] for n in names]
         assert all(_ray_pids([t]) for t in temps)  # each head's raylet and GCS are found by its temp dir
         assert len({i.job_address for i in infos}) == 2 and all(i.job_address.startswith("http://127.0.0.1:") for i in infos)
-        # (and every process the head starts runs on mimalloc, which scripts/setup.sh installs)
-        hello = "import sys; from prepline.runtime.allocator import current; print('hello from', sys.executable, 'on', current())"
-        jobs = [p.submit_job(n, "default", f"python -c \"{hello}\"") for n in names]
+        jobs = [p.submit_job(n, "default", f"python -c \"import sys; print('hello from', sys.executable)\"") for n in names]
         for n, j in zip(names, jobs):
             assert _wait(p, n, j).status == "SUCCEEDED"
-            assert f"hello from {sys.executable} on mimalloc" in p.job_logs(n, "default", j)
+            assert "hello from " + sys.executable in p.job_logs(n, "default", j)
         failing = p.submit_job(names[0], "default", "python -c 'raise SystemExit(3)'")
         assert _wait(p, names[0], failing).status == "FAILED"
         _real_job_api(p, names[1])

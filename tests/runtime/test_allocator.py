@@ -59,3 +59,17 @@ def test_the_current_allocator_is_read_from_the_process(tmp_path):
     plain = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
     pre = subprocess.run([sys.executable, "-c", code], env=env | {"LD_PRELOAD": allocator.library({})}, capture_output=True, text=True, check=True).stdout.strip()
     assert (plain, pre) == ("system", "mimalloc")
+
+
+def test_processes_started_for_ray_do_not_inherit_the_preload(monkeypatch):
+    """Ray's own processes keep the system allocator: a local Ray started by a preloaded run does
+    not inherit the preload the run added; a user's own LD_PRELOAD is theirs and stays."""
+    lib = allocator.library({})
+    monkeypatch.setenv("LD_PRELOAD", lib)
+    monkeypatch.setenv(allocator._DONE, "1")
+    with allocator.not_inherited():
+        assert "LD_PRELOAD" not in os.environ
+    assert os.environ["LD_PRELOAD"] == lib
+    monkeypatch.delenv(allocator._DONE)
+    with allocator.not_inherited():
+        assert os.environ["LD_PRELOAD"] == lib

@@ -31,7 +31,6 @@ from pathlib import Path
 from prepline.clusters.base import TERMINAL, ClusterError, ClusterInfo, ClusterProvider, ClusterSpec, NodeGroup
 from prepline.clusters.ray_jobs import RayJobClient
 from prepline.metadata import now_iso
-from prepline.runtime import allocator
 
 _log = logging.getLogger("prepline")
 
@@ -171,7 +170,6 @@ class LocalProvider(ClusterProvider):
         env.pop("RAY_AUTH_TOKEN_PATH", None)
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # jobs' `python` = ours
         env.pop("RAY_ADDRESS", None)
-        env.update(allocator.preload_env(env))  # the head's workers run the transforms: mimalloc, when installed
         log = open(Path(temp) / "head.log", "wb")
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         st = {

@@ -7,10 +7,15 @@ a page (callgrind, docs/performance.md), and preloaded, mimalloc ran the same re
 one). An allocator is chosen when a process starts (``LD_PRELOAD``), so:
 
 - ``prepline run`` (a command, not the Python API) starts itself again, once, with mimalloc
-  preloaded, before it imports anything heavy (:func:`reexec`); its pool processes are forked from
-  it and Ray started from it inherits the setting;
-- the local Ray head prepline starts gets it in its environment (:func:`preload_env`);
-- ``metadata.json`` records which allocator the stage ran with (:func:`current`).
+  preloaded, before it imports anything heavy (:func:`reexec`); the local pool's processes, forked
+  or spawned from it, run on it too;
+- Ray's own processes keep their allocators: a local Ray the run starts does not inherit the
+  preload (:func:`not_inherited`), and Ray heads are started as before. Ray preloads its own
+  jemalloc into the raylet (its environment holds ``LD_PRELOAD=.../ray/core/libjemalloc.so``), and
+  once, in a full test run with a local head's processes preloaded with mimalloc too, that head's
+  dashboard died at a job submission (the cause was not proven). On Ray, the driver runs on
+  mimalloc and the actors on the system allocator;
+- ``metadata.json`` records which allocator the stage's driver ran with (:func:`current`).
 
 mimalloc comes from the system (Debian/Ubuntu: ``apt-get install libmimalloc2.0``; ``scripts/setup.sh``
 installs it). Without it everything runs on the system allocator, as before. ``PREPLINE_ALLOCATOR``
@@ -20,9 +25,11 @@ a shared library to preload instead. A user's own ``LD_PRELOAD`` is left as it i
 
 from __future__ import annotations
 
+import contextlib
 import ctypes.util
 import os
 import sys
+from typing import Iterator
 
 ENV = "PREPLINE_ALLOCATOR"
 #: set in the environment of a command started again with the allocator (it is not started a third time)
@@ -73,6 +80,18 @@ def reexec() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+
+
+@contextlib.contextmanager
+def not_inherited() -> Iterator[None]:
+    """Processes started in this block do not inherit the preload :func:`reexec` added (a user's
+    own ``LD_PRELOAD`` is theirs, and stays)."""
+    ours = os.environ.get(_DONE) and os.environ.pop("LD_PRELOAD", None)
+    try:
+        yield
+    finally:
+        if ours:
+            os.environ["LD_PRELOAD"] = ours
 
 
 def current() -> str:

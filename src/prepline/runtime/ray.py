@@ -16,6 +16,7 @@ from prepline import logs
 from prepline.context import WorkerSpec
 from prepline.errors import ConfigError, RunFailed
 from prepline.progress import SEND_INTERVAL, Report
+from prepline.runtime import allocator
 from prepline.runtime.dispatch import OnResult, WorkerLost, dispatch
 from prepline.worker import Worker
 
@@ -37,15 +38,16 @@ class RayExecutor:
             if address is None and not os.environ.get("RAY_ADDRESS"):
                 # a private local Ray: every listener on loopback, modest object store
                 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-                ray.init(
-                    address="local",  # a new one: never another user's Ray that happens to run on this machine
-                    num_cpus=max(int(workers * cpus_per_worker + 0.999), 1) if workers else None,
-                    include_dashboard=False,
-                    object_store_memory=512 * 1024 * 1024,
-                    _node_ip_address="127.0.0.1",
-                    log_to_driver=True,
-                    configure_logging=False,
-                )
+                with allocator.not_inherited():  # Ray's own processes keep the system allocator
+                    ray.init(
+                        address="local",  # a new one: never another user's Ray that happens to run on this machine
+                        num_cpus=max(int(workers * cpus_per_worker + 0.999), 1) if workers else None,
+                        include_dashboard=False,
+                        object_store_memory=512 * 1024 * 1024,
+                        _node_ip_address="127.0.0.1",
+                        log_to_driver=True,
+                        configure_logging=False,
+                    )
             else:
                 ray.init(address=address, log_to_driver=True)
             self._started = True
