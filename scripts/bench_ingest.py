@@ -132,7 +132,7 @@ def quality(texts: list[str], outs: list[str]) -> tuple[float, float]:
     return found / max(1, total), leaks / max(1, len(outs))
 
 
-#: the allocator each stage variant ran with (metadata.json), checked against what it was asked for
+#: the allocator each stage variant ran with, as its metadata.json says (printed beside what was asked for)
 STAGE_ALLOCATOR: dict[str, str] = {}
 
 

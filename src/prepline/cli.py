@@ -392,20 +392,17 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None and _command(sys.argv[1:]) == "run":  # a command (not a call from Python) that runs a transform
-        from prepline.runtime import allocator
-
-        try:
-            allocator.reexec()  # again with mimalloc preloaded, when it is installed: no return
-        except ConfigError as e:
-            print(user_message(e), file=sys.stderr)
-            return EXIT_USAGE
+    program = argv is None  # a command, not a call from Python
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     if debug:
         argv.remove("--debug")
     try:
         fmt = _take_option(argv, "--log-format")
+        if program and argv[:1] == ["run"]:  # a transform runs: again with mimalloc preloaded, when installed (no return)
+            from prepline.runtime import allocator
+
+            allocator.reexec()
         logs.setup(fmt, debug=debug)
     except ConfigError as e:
         print(user_message(e), file=sys.stderr)
@@ -426,14 +423,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command '{argv[0]}'\n  fix: one of {', '.join(COMMANDS)}", file=sys.stderr)
         return EXIT_USAGE
     return run_command(cmd[0], argv[1:], debug)
-
-
-def _command(argv: list[str]) -> str | None:
-    """The command word of a command line, after the global options."""
-    rest = [a for a in argv if a != "--debug"]
-    while rest and rest[0].startswith("--log-format"):
-        rest = rest[1 if "=" in rest[0] else 2 :]
-    return rest[0] if rest else None
 
 
 def _take_option(argv: list[str], name: str) -> str | None:
