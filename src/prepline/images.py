@@ -8,7 +8,9 @@ registry from this one setting. No environment variable changes an image at comp
 ========== ========================== =================================================================
 image      Dockerfile                 runs
 ========== ========================== =================================================================
-launcher   runtime_images/launcher    every KFP step but fine_tune, and the Elyra catalog's stage steps
+launcher   runtime_images/launcher    every KFP step but fine_tune, and the Elyra catalog's steps but fine_tune;
+                                      it trains the run's shared tokenizer (train_tokenizer), so it holds
+                                      the ``tokenize`` extra besides ``kfp``
 ray        runtime_images/ray         the head and workers of every stage's KubeRay cluster (the Ray jobs)
 trainer    runtime_images/trainer     the fine_tune step (``train_mode=local`` trains in it) and the
                                       TrainJob's trainer nodes (``train_mode=cluster``): the Ray image
@@ -29,7 +31,8 @@ VERSION = "0.1.0"
 NAMES = {"launcher": "prepline-launcher", "ray": "prepline-ray", "trainer": "prepline-trainer"}
 #: the prepline extras installed in each image (the trainer image is built FROM the Ray image)
 EXTRAS = {
-    "launcher": ("kfp",),
+    # tokenize: train_tokenizer trains the run's BPE in the launcher (tokenizers); the image still has no Ray
+    "launcher": ("kfp", "tokenize"),
     "ray": ("ray", "langid", "fuzzy", "pii", "hap", "tokenize", "ingest"),  # ingest: WARC, zstd, HTML to text
     "trainer": ("ray", "langid", "fuzzy", "pii", "hap", "tokenize", "ingest", "train", "kfp"),
 }

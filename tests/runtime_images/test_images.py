@@ -130,10 +130,11 @@ def test_ray_image_has_every_transform_extra_and_the_models():
     assert any(r.startswith("--network=none python") and "smoke_test.py" in r for r in runs)
 
 
-def test_launcher_image_has_the_kfp_extra():
-    assert _extras(LAUNCHER) == ["kfp"] and "kfp" in PROJECT["optional-dependencies"]
+def test_launcher_image_has_the_kfp_and_tokenize_extras():
+    assert _extras(LAUNCHER) == ["kfp", "tokenize"] and {"kfp", "tokenize"} <= set(PROJECT["optional-dependencies"])
     runs = [subst(r, args_of(LAUNCHER)) for i, r in LAUNCHER if i == "RUN"]
-    assert any('pip install "/tmp/prepline-src[kfp]"' in r for r in runs)
+    assert any('pip install "/tmp/prepline-src[kfp,tokenize]"' in r for r in runs)
+    assert not {"ray", "train"} & set(_extras(LAUNCHER))  # it calls clusters, it does not run Ray or train a model
 
 
 @pytest.mark.parametrize("instrs", [RAY, TRAINER, LAUNCHER], ids=["ray", "trainer", "launcher"])
