@@ -217,3 +217,41 @@ def test_elyra_sync_job_knows_the_keys_prepline_reads(sync_job):
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     assert {e["name"]: e["value"] for e in c["env"]}["SECRET_DIR"] == mounts["secret"]
     assert {e["name"]: e["value"] for e in c["env"]}["CREDS_DIR"] == mounts["creds"]
+
+
+# ----------------------------------------------------------------------------------------------
+# deploy/ follows the one image setting (issue 24 item 8)
+
+
+def _image_refs(docs: list[dict]) -> set[str]:
+    text = yaml.safe_dump_all(docs)
+    return {line.split("image:", 1)[1].strip() for line in text.splitlines() if "image:" in line}
+
+
+def test_deploy_images_are_the_generated_component():
+    assert (DEPLOY / "images" / "kustomization.yaml").read_text() == images.deploy_kustomization(images.DEFAULT)
+    for k in ("base", "elyra"):  # proxy has base
+        assert yaml.safe_load((DEPLOY / k / "kustomization.yaml").read_text())["components"] == ["../images"]
+    assert images.sync_deploy(DEPLOY / "images", check=True) == []
+
+
+def test_compile_for_another_registry_points_deploy_at_its_images(tmp_path):
+    """`prepline compile --registry R --tag T` (what scripts/build_images.sh --registry R runs) rewrites
+    deploy/images, so every kustomization of deploy/ pulls R's images: name and tag."""
+    from prepline.cli import main
+
+    other = images.ImageSet("registry.example.com:5000/team", "2.0.1")
+    deploy = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, deploy)
+    args = ["compile", "--builtins-only", "--registry", other.registry, "--tag", other.tag, "--output", str(tmp_path / "compiled"),
+            "--elyra-output", str(tmp_path / "elyra"), "--deploy-output", str(deploy / "images")]
+    assert main(args) == 0
+    assert main([*args, "--check"]) == 0
+    refs = {}
+    for k in ("base", "proxy", "elyra"):
+        r = subprocess.run([kubectl(), "kustomize", str(deploy / k)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        refs[k] = _image_refs([d for d in yaml.safe_load_all(r.stdout) if d])
+    assert refs == {"base": {other.trainer}, "proxy": {other.trainer}, "elyra": {other.launcher}}
+    # and the repository's deploy/ is stale against that setting: --check says so
+    assert images.sync_deploy(DEPLOY / "images", check=True, images=other) == ["changed: kustomization.yaml"]

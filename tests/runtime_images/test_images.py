@@ -306,7 +306,7 @@ def test_compile_for_another_registry_references_only_its_images(tmp_path):
 
     other = images.ImageSet("registry.example.com:5000/team", "2.0.1")
     assert main(["compile", "--registry", other.registry, "--tag", other.tag, "--output", str(tmp_path / "compiled"),
-                 "--elyra-output", str(tmp_path / "elyra")]) == 0
+                 "--elyra-output", str(tmp_path / "elyra"), "--deploy-output", str(tmp_path / "deploy" / "images")]) == 0
     found = image_references(tmp_path / "compiled", tmp_path / "elyra")
     assert set(found) == set(other.all().values()), found
     leftovers = [p for p in tmp_path.rglob("*") if p.is_file() and images.REGISTRY in p.read_text()]
