@@ -309,8 +309,11 @@ def test_compile_for_another_registry_references_only_its_images(tmp_path):
                  "--elyra-output", str(tmp_path / "elyra"), "--deploy-output", str(tmp_path / "deploy" / "images")]) == 0
     found = image_references(tmp_path / "compiled", tmp_path / "elyra")
     assert set(found) == set(other.all().values()), found
-    leftovers = [p for p in tmp_path.rglob("*") if p.is_file() and images.REGISTRY in p.read_text()]
+    leftovers = [p for p in [*(tmp_path / "compiled").rglob("*"), *(tmp_path / "elyra").rglob("*")] if p.is_file() and images.REGISTRY in p.read_text()]
     assert leftovers == []
+    # deploy/images maps the names deploy/'s manifests use (the defaults) to these images
+    deploy = yaml.safe_load((tmp_path / "deploy" / "images" / "kustomization.yaml").read_text())
+    assert {f"{i['newName']}:{i['newTag']}" for i in deploy["images"]} == set(other.all().values())
 
 
 def test_smoke_test_follows_the_super_pipeline_order():
