@@ -9,6 +9,11 @@ optional import falls back as it would in the image, and an unguarded one fails 
 process also records the modules it imported; each must be from the standard library or the
 declared set. A step that imports torch in the launcher image, or Ray where there is none, fails here.
 
+Which steps exist, and which image each runs in, is read from compiled/ and elyra_templates/
+(generated.py): ``test_every_step_runs_in_the_image_it_declares`` runs every executor of every compiled
+pipeline and component and every Elyra catalog component by its own command, so a step added to a
+pipeline or a template is checked without being listed here (it fails until it gets input values).
+
 The Ray image's own run (every transform, offline) is tests/runtime_images/test_images.py's smoke test;
 here its Ray job entry (``prepline run <t> --runtime ray``) is checked on one transform.
 """
