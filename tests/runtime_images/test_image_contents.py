@@ -146,6 +146,7 @@ def test_the_declared_sets_differ_where_the_images_do():
     assert "ray" in declared("ray") and "torch" not in declared("ray") and "kfp" not in declared("ray")
     assert {"torch", "ray", "kfp", "websocket-client"} <= declared("trainer")
     assert "websocket-client" in declared("launcher")  # the Ray log tail: brought by kubernetes, through kfp
+    assert "tokenizers" in declared("launcher")  # train_tokenizer trains the run's BPE there
     # and the check is not vacuous: torch is not allowed in the launcher, ray not in the launcher
     import json as j
     import ray
