@@ -231,11 +231,14 @@ def cmd_compile(argv: list[str]) -> int:
     from prepline import images, registry
 
     ap = argparse.ArgumentParser(prog="prepline compile",
-                                 description="Compile every component and pipeline into compiled/ and the Elyra catalog into "
-                                             "elyra_templates/, every image from one registry and tag.")
+                                 description="Compile every component and pipeline into compiled/, the Elyra catalog into "
+                                             "elyra_templates/ and deploy/'s images into deploy/images/, every image from one "
+                                             "registry and tag.")
     ap.add_argument("--output", default="compiled", help="folder of the KFP files (default: compiled/ in the current folder, e.g. the repository's)")
     ap.add_argument("--elyra-output", default="elyra_templates",
                     help="folder of the Elyra catalog and templates (default: elyra_templates/ in the current folder)")
+    ap.add_argument("--deploy-output", default=images.DEPLOY_IMAGES,
+                    help=f"folder of deploy/'s image settings, a kustomize component (default: {images.DEPLOY_IMAGES} in the current folder)")
     ap.add_argument("--registry", default=images.REGISTRY, help=f"image registry/prefix of the runtime images (default {images.REGISTRY})")
     ap.add_argument("--tag", default=images.VERSION, help=f"image tag (default {images.VERSION})")
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 when a generated file is stale")
@@ -251,12 +254,13 @@ def cmd_compile(argv: list[str]) -> int:
     plugins = not a.builtins_only
     diffs = sync_compiled(Path(a.output), check=a.check, images=image_set, plugins=plugins)
     diffs += [f"elyra {d}" for d in sync_elyra(Path(a.elyra_output), check=a.check, images=image_set, plugins=plugins)]
+    diffs += [f"deploy {d}" for d in images.sync_deploy(Path(a.deploy_output), check=a.check, images=image_set)]
     if plugins and (found := sorted(set(registry.names()) - set(registry.builtin_names()))):
         print("plug-ins included: " + ", ".join(f"{n} ({registry.origin(n).distribution})" for n in found))
     for d in diffs:
         print(d)
     if a.check and diffs:
-        print("error: compiled/ or elyra_templates/ is stale\n  fix: run `prepline compile` and commit them", file=sys.stderr)
+        print("error: compiled/, elyra_templates/ or deploy/images/ is stale\n  fix: run `prepline compile` and commit them", file=sys.stderr)
         return EXIT_FAILED
     if not a.check:
         print("images: " + ", ".join(f"{k} {v}" for k, v in image_set.all().items()))

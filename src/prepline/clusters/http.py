@@ -87,6 +87,21 @@ def server_message(status: int, raw: bytes) -> str:
     return text[:2000]
 
 
+#: The KubeRay API server chart's security proxy (``helm-chart/kuberay-apiserver/values.yaml``
+#: ``security:``, on by default from v1.3.0 to HEAD) sits in front of every path and answers 401 with
+#: the plain text ``Unauthorized`` (``experimental/pkg/httpproxy/support.go``) unless the
+#: Authorization header equals its SECURITY_TOKEN byte for byte (``token_auth.go``): a ``Bearer``
+#: token never does. kube-apiserver's own 401 (through the V2 proxy) is a JSON Status.
+SECURITY_PROXY_FIX = ("the KubeRay API server's security proxy refused the request (the chart's default; it compares the whole "
+                      "Authorization header with its SECURITY_TOKEN, so a Bearer token never matches): install the API server "
+                      "with `helm install kuberay-apiserver kuberay/kuberay-apiserver --set security=null` (deploy/README.md)")
+
+
+def from_security_proxy(status: int, body: str) -> bool:
+    """A 401 from the API server chart's security proxy, not from Kubernetes."""
+    return status == 401 and body.strip() == "Unauthorized"
+
+
 class JsonHttp:
     """Calls to one base URL. ``describe`` names the server in messages (e.g. "KubeRay API server")."""
 

@@ -47,7 +47,8 @@ import time
 
 from prepline.clusters import diagnose
 from prepline.clusters.base import LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE, ClusterError, ClusterInfo, ClusterProvider, ClusterSpec
-from prepline.clusters.http import ApiError, AuthError, Conflict, JsonHttp, NotFound, RequestError, Unavailable
+from prepline.clusters.http import (SECURITY_PROXY_FIX, ApiError, AuthError, Conflict, JsonHttp, NotFound, RequestError, Unavailable,
+                                    from_security_proxy)
 from prepline.clusters.kuberay_bodies import DASHBOARD_PORT, cluster_v1_body, compute_template_bodies, raycluster_body, template_names
 from prepline.clusters.ray_jobs import JobClient, RayJobClient, V1JobClient
 from prepline.errors import ConfigError
@@ -105,6 +106,8 @@ class KubeRayClient(JsonHttp):
                 + ("; a 5xx through the service proxy means the Ray head's dashboard is not serving (yet)" if "/proxy" in path else ""))
 
     def fix_for(self, method: str, path: str, status: int, body: str) -> str:
+        if from_security_proxy(status, body):
+            return SECURITY_PROXY_FIX
         if status == 401:
             return (("the token was rejected: " if self.auth_headers() else "no token was sent: ")
                     + f"pass token=..., set {ENV_TOKEN}, or {ENV_TOKEN_FILE} to a service-account token file")
