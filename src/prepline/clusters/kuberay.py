@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import replace
 
 from prepline.clusters import diagnose
 from prepline.clusters.base import LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE, ClusterError, ClusterInfo, ClusterProvider, ClusterSpec
@@ -241,6 +242,7 @@ class KubeRayProvider(ClusterProvider):
 
     # -- clusters ---------------------------------------------------------------------------------
     def create(self, spec: ClusterSpec) -> ClusterInfo:
+        spec = replace(spec, namespace=self._ns(spec.namespace))  # '' = the provider's (the step's own) namespace
         if self.api_version == "v1":
             templates = compute_template_bodies(spec)
             body = cluster_v1_body(spec, user=self.user)  # validate everything before creating anything
