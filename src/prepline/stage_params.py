@@ -85,7 +85,8 @@ _ALL = [
     PipelineParam("start_timeout_seconds", int, 900, "Maximum time to wait for the cluster to accept jobs."),
     PipelineParam("s3_secret_name", str, DEFAULT_S3_SECRET,
                   "Kubernetes secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and optionally PREPLINE_S3_ENDPOINT) for the "
-                  "steps and, unless cluster_json sets env_from_secrets, for the Ray head and workers ('' = none)."),
+                  "steps and, unless cluster_json sets env_from_secrets, for the Ray head and workers. Optional: a name with no such "
+                  "secret means no credentials; never '' (Kubernetes rejects an empty secret name: every pod would fail)."),
     PipelineParam("launcher_image", str, DEFAULT_IMAGES.launcher,
                   "Image of the pipeline's steps (prepline[kfp]); set at compile time by prepline compile --registry/--tag."),
     PipelineParam("ray_image", str, DEFAULT_IMAGES.ray,
