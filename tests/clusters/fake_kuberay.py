@@ -299,8 +299,10 @@ class FakeKubeRay(FakePods):
         return ""
 
     def _state(self, c: _Cluster, name: str) -> str:
-        """'' (no status yet), 'pending' or 'ready' after this many polls; never 'failed'."""
-        if c.polls <= 1:
+        """'' (no status yet), 'pending' or 'ready' after this many polls; never 'failed'. A name longer than
+        MaxRayClusterNameLength (53, utils/constant.go) is never reconciled: no status ever
+        (raycluster_controller.go returns after ValidateRayClusterMetadata fails, with a Warning event only)."""
+        if c.polls <= 1 or len(name) > 53:
             return ""
         if c.polls <= self.ready_after or self._failure(name, ns_of(c)):
             return "pending"

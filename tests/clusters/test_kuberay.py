@@ -554,3 +554,13 @@ def test_a_url_that_is_not_the_api_server_gives_a_clear_error():
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_the_fake_operator_never_reconciles_a_name_longer_than_53(fake):
+    """The CRD schema takes it (the POST succeeds), the operator does not: no status, ever."""
+    body = raycluster_body(make_spec("a" * 53))
+    body["metadata"]["name"] = "a" * 54
+    make_provider(fake).client.create_raycluster(body)
+    p = make_provider(fake)
+    for _ in range(5):
+        assert p.get("a" * 54).state == "pending"  # no status.state: never ready

@@ -30,8 +30,10 @@ WORKER_CONTAINER = "ray-worker"
 WORKER_GROUP = "workers"
 DASHBOARD_PORT = 8265
 GPU_RESOURCE = "nvidia.com/gpu"
-#: KubeRay names the head Service "<cluster>-head-svc" (a DNS-1035 label, <= 63 chars)
-MAX_CLUSTER_NAME = 63 - len("-head-svc")
+#: KubeRay's MaxRayClusterNameLength (ray-operator/controllers/ray/utils/constant.go, 53 in v1.3.0 to HEAD): the
+#: operator never reconciles a longer name (utils/validation.go ValidateRayClusterMetadata, a Warning event only);
+#: it also keeps "<cluster>-head-svc" within a DNS-1035 label
+MAX_CLUSTER_NAME = 53
 
 _QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -99,8 +101,8 @@ def _annotations(values: dict) -> dict[str, str]:
 
 def check_name(spec: ClusterSpec) -> None:
     if len(spec.name) > MAX_CLUSTER_NAME or not spec.name[0].isalpha():
-        raise ConfigError(f"cluster name '{spec.name}' cannot be used with KubeRay: its head Service "
-                          f"'{spec.name}-head-svc' must be a DNS-1035 label (start with a letter, <= 63 chars)",
+        raise ConfigError(f"cluster name '{spec.name}' cannot be used with KubeRay: a RayCluster name must be a DNS-1035 label "
+                          f"(start with a letter) of at most {MAX_CLUSTER_NAME} chars (the operator never reconciles a longer one)",
                           f"use cluster_name(run, stage, branch) (starts with a letter, <= 40 chars); at most {MAX_CLUSTER_NAME} chars")
     if not _DNS_LABEL.match(spec.namespace) or len(spec.namespace) > 63:
         raise ConfigError(f"namespace '{spec.namespace}' is not a valid DNS-1123 label", "use the Kubernetes namespace name, e.g. 'ray'")
