@@ -31,8 +31,10 @@ What it does (and what it does not):
   ClusterRole grants only get/list/watch on services/proxy
   (``helm-chart/kuberay-apiserver/templates/rbac/cluster_role.yaml``); ``proxy_create`` stands for
   the Role of deploy/ bound to the caller's token.
-* **Non-2xx bodies of V2 paths are cut short** to ``cut_short`` bytes (None: whole): the V2 proxy's
-  per-request context is cancelled when its handler returns (ray-project/kuberay issue #4060).
+* **Non-2xx answers of V2 paths break off** after ``cut_short`` bytes (None: whole): the V2 proxy's
+  per-request context is cancelled when its round trip returns (``apiserversdk/proxy.go``
+  retryRoundTripper, ray-project/kuberay issue #4060), so ``httputil.ReverseProxy`` aborts the copy:
+  the status line and the upstream ``Content-Length`` arrive, then the connection closes short of it.
 * **V1 create of an existing cluster answers 500** (``resource_manager.go`` CreateCluster wraps the
   AlreadyExists in ``util.NewInternalServerError``: gRPC Internal), not 409; a duplicate compute
   template answers 409 (``NewAlreadyExistError``).
@@ -250,14 +252,27 @@ class FakeKubeRay(FakePods):
         rec.status = reply.status
         data = reply.body if isinstance(reply.body, (bytes, str)) else json.dumps(reply.body)
         data = data.encode() if isinstance(data, str) else data
-        if reply.status >= 300 and self.cut_short is not None and (path.startswith("/apis/ray.io/") or "/proxy" in path):
-            data = data[: self.cut_short]  # kuberay #4060: the V2 proxy may cut a non-2xx body short
+        cut = reply.status >= 300 and self.cut_short is not None and (path.startswith("/apis/ray.io/") or "/proxy" in path)
         h.send_response(reply.status)
         h.send_header("Content-Type", reply.content_type)
-        h.send_header("Content-Length", str(len(data)))
+        h.send_header("Content-Length", str(len(data)))  # the upstream answer's length, whatever arrives of it
         for k, v in reply.headers.items():
             h.send_header(k, v)
         h.end_headers()
+        if cut and self.cut_short < len(data):
+            # kuberay #4060, apiserversdk/proxy.go: retryRoundTripper returns a non-2xx answer and cancels its context
+            # (defer cancel()), so httputil.ReverseProxy's copy of the body fails part way and it panics with
+            # http.ErrAbortHandler: the connection is closed short of the Content-Length it already sent
+            h.wfile.write(data[: self.cut_short])
+            h.wfile.flush()
+            h.close_connection = True
+            import socket
+
+            try:
+                h.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
         h.wfile.write(data)
 
     @staticmethod

@@ -564,3 +564,24 @@ def test_the_fake_operator_never_reconciles_a_name_longer_than_53(fake):
     p = make_provider(fake)
     for _ in range(5):
         assert p.get("a" * 54).state == "pending"  # no status.state: never ready
+
+
+def test_a_broken_off_error_answer_keeps_its_status(fake):
+    """The V2 proxy breaks a non-2xx stream off short of its Content-Length (apiserversdk/proxy.go,
+    kuberay #4060): the status still counts, so deleting a cluster that is gone answers "already gone"
+    at once instead of retrying a connection error and failing the exit task."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", int(fake.url.rsplit(":", 1)[1]), timeout=10)
+    conn.request("DELETE", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/pl-gone")
+    resp = conn.getresponse()
+    assert resp.status == 404 and int(resp.getheader("Content-Length")) > fake.cut_short
+    with pytest.raises(http.client.IncompleteRead):  # the fake breaks the stream as the proxy does
+        resp.read()
+    conn.close()
+    p = make_provider(fake)
+    p.create(make_spec())
+    assert p.delete("pl-doc-id-en-1") is True
+    before = len(fake.calls("DELETE"))
+    assert p.delete("pl-doc-id-en-1") is False  # already gone
+    assert len(fake.calls("DELETE")) == before + 1  # one request: a 404 is an answer, not a broken connection
