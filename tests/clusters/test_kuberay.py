@@ -585,3 +585,33 @@ def test_a_broken_off_error_answer_keeps_its_status(fake):
     before = len(fake.calls("DELETE"))
     assert p.delete("pl-doc-id-en-1") is False  # already gone
     assert len(fake.calls("DELETE")) == before + 1  # one request: a 404 is an answer, not a broken connection
+
+
+@pytest.mark.parametrize("kuberay", ["1.3.0", "1.5.0", "1.5.1"])
+@pytest.mark.parametrize("kind", ["broken", "oom", "secret"])
+def test_container_errors_fail_fast_on_every_kuberay_version(kuberay, kind):
+    """Before KubeRay 1.5.1 HeadPodReady says only ContainersNotReady (utils/util.go gained the container's
+    waiting reason in #4196): the pods tell, read in the cluster's own namespace. ``secret``: a secret the
+    Ray pods need (not optional) is missing in that namespace -> CreateContainerConfigError."""
+    want = {"broken": "ImagePullBackOff", "oom": "OOMKilled", "secret": 'CreateContainerConfigError (secret "s3-creds" not found)'}[kind]
+    with FakeKubeRay(kuberay_version=kuberay, secrets={("default", "s3-creds"): {"AWS_ACCESS_KEY_ID": "k"}}) as f:
+        p = make_provider(f)
+        name = f"pl-{kind}-1" if kind != "secret" else "pl-doc-id-1"
+        p.create(make_spec(name, env_from_secrets=[{"secret": "s3-creds"}] if kind == "secret" else []))
+        t = time.monotonic()
+        with pytest.raises(ClusterFailed) as e:
+            p.wait_ready(name, timeout=30)
+        assert time.monotonic() - t < 10 and want in str(e.value)
+        reasons = {c["reason"] for c in p.client.get_raycluster(NS, name)["status"]["conditions"]}
+        assert reasons == ({"ContainersNotReady"} if kuberay < "1.5.1" else {want.split()[0] if kind != "oom" else "CrashLoopBackOff"})
+
+
+def test_old_kuberay_without_pod_access_says_what_would_tell():
+    """KubeRay < 1.5.1 and no RBAC on pods: nothing says why; the timeout says where to look and what fixes it."""
+    with FakeKubeRay(kuberay_version="1.5.0", pods_forbidden=True) as f:
+        p = make_provider(f)
+        p.create(make_spec("pl-broken-3"))
+        with pytest.raises(KubeRayTimeout) as e:
+            p.wait_ready("pl-broken-3", timeout=0.3)
+        assert "ContainersNotReady" in str(e.value)
+        assert "KubeRay >= 1.5.1" in e.value.fix and "get/list on pods" in e.value.fix

@@ -339,9 +339,13 @@ class KubeRayProvider(ClusterProvider):
                                     "then run the step again; the exit task deletes the cluster")
             if time.monotonic() >= deadline:
                 seen = watch.summary() or "no condition or event gave a reason"
+                old = ("; KubeRay before 1.5.1 says only ContainersNotReady for a container that cannot start (image pull, crash "
+                       "loop, a missing secret): KubeRay >= 1.5.1 or get/list on pods fails fast with the reason"
+                       if "ContainersNotReady" in seen and self.pods is None else "")
                 raise KubeRayTimeout(f"cluster {ns}/{name} not ready after {timeout:.0f}s (state: {info.state}; last seen: {seen})",
-                                     f"check the head pod (kubectl describe pod -l ray.io/cluster={name}): image pull, unschedulable "
-                                     "resources, quotas; grant the step get/list on pods (deploy/) for reasons here; or raise the timeout")
+                                     f"check the head pod (kubectl -n {ns} describe pod -l ray.io/cluster={name}): image pull, "
+                                     "unschedulable resources, quotas, secrets; grant the step get/list on pods (deploy/) for reasons "
+                                     f"here; or raise the timeout{old}")
             time.sleep(self.poll_interval)
         return self._wait_dashboard(info, ns, name, deadline, timeout)
 
