@@ -79,6 +79,7 @@ _ALL = [
     PipelineParam("cluster_json", str, "{}",
                   "Cluster resources as JSON: head/workers {cpu, memory, gpu, replicas}, image (default: ray_image), env, "
                   "env_from_secrets (default: every key of s3_secret_name), tolerations, node_selector, labels, "
+                  "pod_annotations (default: sidecar.istio.io/inject false), namespace (default: provider_json's), "
                   "service_account, cpus_per_worker."),
     PipelineParam("max_failed_files", int, 0, "Input files allowed to fail (listed in metadata.json); the step fails beyond that."),
     PipelineParam("timeout_seconds", int, 86400, "Maximum run time of the Ray job."),

@@ -18,6 +18,13 @@ LABEL_BRANCH = "prepline.dev/branch"
 
 _DNS = re.compile(r"[^a-z0-9-]+")
 
+#: annotations every Ray pod gets unless cluster_json's ``pod_annotations`` says otherwise (a JSON null
+#: removes one). Istio's sidecar is off: Ray's processes talk on ports chosen at random (raylet, object
+#: manager, workers), which an Envoy sidecar's mTLS/authorization blocks, and the KFP step pods call the head
+#: directly (kubeflow/manifests experimental/ray/raycluster_example.yaml needs fixed ports, a headless Service
+#: and an AuthorizationPolicy to run Ray with sidecars)
+DEFAULT_POD_ANNOTATIONS = {"sidecar.istio.io/inject": "false"}
+
 
 def cluster_name(run_id: str, stage: str, branch: str = "", prefix: str = "pl") -> str:
     """A valid DNS-1123 label that also starts with a letter (KubeRay derives Service names from it),
@@ -66,7 +73,8 @@ class ClusterSpec:
     tolerations: list = field(default_factory=list)
     node_selector: dict = field(default_factory=dict)
     labels: dict = field(default_factory=dict)
-    annotations: dict = field(default_factory=dict)
+    annotations: dict = field(default_factory=dict)  # of the RayCluster
+    pod_annotations: dict = field(default_factory=lambda: dict(DEFAULT_POD_ANNOTATIONS))  # of the head and worker pods
     service_account: str = ""
     image_pull_secrets: list = field(default_factory=list)
     ray_start_params: dict = field(default_factory=dict)

@@ -91,11 +91,11 @@ def _labels(values: dict, field: str) -> dict[str, str]:
     return out
 
 
-def _annotations(values: dict) -> dict[str, str]:
+def _annotations(values: dict, field: str = "annotations") -> dict[str, str]:
     if not isinstance(values, dict):
-        raise ConfigError("annotations must be a mapping of strings", "pass annotations as a JSON object")
+        raise ConfigError(f"{field} must be a mapping of strings", f"pass {field} as a JSON object")
     for k in values:
-        _check_label_key(str(k), "annotations")
+        _check_label_key(str(k), field)
     return {str(k): str(v) for k, v in values.items()}
 
 
@@ -245,6 +245,7 @@ def raycluster_body(spec: ClusterSpec) -> dict:
     tolerations = _tolerations(spec)
     node_selector = _labels(spec.node_selector, "node_selector") if spec.node_selector else {}
     pull = _pull_secrets(spec)
+    pod_annotations = _annotations(spec.pod_annotations, "pod_annotations")
     if spec.service_account and not _DNS_SUBDOMAIN.match(spec.service_account):
         raise ConfigError(f"service_account '{spec.service_account}' is not a valid name", "use the ServiceAccount's metadata.name")
 
@@ -263,7 +264,7 @@ def raycluster_body(spec: ClusterSpec) -> dict:
             ps["serviceAccountName"] = spec.service_account
         if pull:
             ps["imagePullSecrets"] = [{"name": n} for n in pull]
-        return {"metadata": {"labels": dict(labels)}, "spec": ps}
+        return {"metadata": {"labels": dict(labels), **({"annotations": dict(pod_annotations)} if pod_annotations else {})}, "spec": ps}
 
     body: dict = {
         "apiVersion": RAY_API_VERSION,
@@ -361,8 +362,12 @@ def cluster_v1_body(spec: ClusterSpec, user: str = "prepline") -> dict:
     if spec.service_account and not _DNS_SUBDOMAIN.match(spec.service_account):
         raise ConfigError(f"service_account '{spec.service_account}' is not a valid name", "use the ServiceAccount's metadata.name")
 
+    pod_annotations = _annotations(spec.pod_annotations, "pod_annotations")
+
     def group(extra: dict, params: dict) -> dict:
         g = {**extra, "image": image, "rayStartParams": params, "labels": dict(labels)}
+        if pod_annotations:  # the head's / workers' pod annotations (apiserver/pkg/util/cluster.go)
+            g["annotations"] = dict(pod_annotations)
         if environment:
             g["environment"] = environment
         if spec.service_account:
