@@ -126,7 +126,10 @@ class FakeKubeRay(FakePods):
         self.secrets: dict[tuple[str, str], dict] = dict(secrets or {})
         self.kuberay_version = kuberay_version
         #: HeadPodReady carries the container's waiting reason from KubeRay 1.5.1 (#4196, utils/util.go)
-        self.container_reasons = tuple(int(x) for x in kuberay_version.split(".")[:3]) >= (1, 5, 1)
+        version = tuple(int(x) for x in kuberay_version.split(".")[:3])
+        self.container_reasons = version >= (1, 5, 1)
+        #: the V2 proxy's retrying round trip cancels its context on return from 1.5.0 (apiserversdk/proxy.go)
+        self.breaks_errors = version >= (1, 5, 0)
         self.token, self.forbid, self.ray_version = token, set(forbid), ray_version
         self.proxy_create, self.cut_short, self.pods_forbidden = proxy_create, cut_short, pods_forbidden
         self.requests: list[Recorded] = []
@@ -252,7 +255,7 @@ class FakeKubeRay(FakePods):
         rec.status = reply.status
         data = reply.body if isinstance(reply.body, (bytes, str)) else json.dumps(reply.body)
         data = data.encode() if isinstance(data, str) else data
-        cut = reply.status >= 300 and self.cut_short is not None and (path.startswith("/apis/ray.io/") or "/proxy" in path)
+        cut = reply.status >= 300 and self.cut_short is not None and self.breaks_errors and (path.startswith("/apis/ray.io/") or "/proxy" in path)
         h.send_response(reply.status)
         h.send_header("Content-Type", reply.content_type)
         h.send_header("Content-Length", str(len(data)))  # the upstream answer's length, whatever arrives of it
