@@ -330,6 +330,8 @@ def test_clone_version_run_keeps_reference_and_runtime_config(fake, capsys):
     n = len(fake.calls("POST", "/runs$"))
     code, out, err = kfp(capsys, "clone", r["run_id"], "--param", "nope=1", *h)
     assert code == K.EXIT_USAGE and "has no parameter nope" in err
+    code, out, err = kfp(capsys, "clone", r["run_id"], "--param", "s3_secret_name=", *h)
+    assert code == K.EXIT_USAGE and "s3_secret_name='' is not a Kubernetes secret name" in err
     code, out, err = kfp(capsys, "clone", "missing-run", *h)
     assert code == K.EXIT_API and "no run with id missing-run" in err
     assert len(fake.calls("POST", "/runs$")) == n

@@ -439,6 +439,7 @@ class KfpClient:
                 raise ConfigError(f"cannot check --param against run {run_id}: its pipeline spec is not available",
                                   "clone without --param, or start a new run with prepline kfp run")
             params.update(check_parameters(f"of run {run_id}", root_inputs(spec), overrides, require=False))
+            check_secret_names(f"of run {run_id}", spec, params)
         exp_id = self.experiment(experiment).experiment_id if experiment else old.experiment_id
         return self.create_run(
             experiment_id=exp_id, display_name=run_name or f"Clone of {old.display_name}", parameters=params,
