@@ -614,3 +614,18 @@ def test_old_kuberay_without_pod_access_says_what_would_tell():
             p.wait_ready("pl-broken-3", timeout=0.3)
         assert "ContainersNotReady" in str(e.value)
         assert "KubeRay >= 1.5.1" in e.value.fix and "get/list on pods" in e.value.fix
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_secrets_resolve_in_the_clusters_own_namespace(version):
+    """The fake kubelet resolves secretKeyRefs in the pod's namespace only (pkg/kubelet/kubelet_pods.go):
+    the same secret name in another namespace does not count."""
+    refs = [{"name": "AWS_ACCESS_KEY_ID", "secret": "s3-creds", "key": "id"}]
+    with FakeKubeRay(secrets={("default", "s3-creds"): {"id": "default-id"}, ("team-b", "s3-creds"): {"id": "team-b-id"}}) as f:
+        p = make_provider(f, version)
+        p.create(make_spec("pl-sec-1", env_from_secrets=refs))
+        with pytest.raises(ClusterFailed, match='CreateContainerConfigError.*secret "s3-creds" not found'):
+            p.wait_ready("pl-sec-1", timeout=120)
+        p.create(make_spec("pl-sec-2", namespace="team-b", env_from_secrets=refs))
+        assert p.wait_ready("pl-sec-2", "team-b", timeout=120).state == "ready"
+        assert f.pod_env("team-b", "pl-sec-2") == {"AWS_ACCESS_KEY_ID": "team-b-id"}
