@@ -295,7 +295,7 @@ def cmd_clusters(argv: list[str]) -> int:
     ap.add_argument("action", choices=("list", "sweep"))
     ap.add_argument("--provider", default="local", choices=("local", "kuberay"))
     ap.add_argument("--provider-json", default="{}", help='provider options, e.g. {"server": "http://kuberay-apiserver:8888"}')
-    ap.add_argument("--namespace", default="default")
+    ap.add_argument("--namespace", default="", help="kuberay: the namespace of the clusters (default: provider_json's, else this pod's, else 'default')")
     ap.add_argument("--older-than", type=float, default=6.0, help="sweep: only clusters created more than this many hours ago (default 6)")
     ap.add_argument("--run", default=None, help="only clusters of this run id")
     ap.add_argument("--dry-run", action="store_true", help="sweep: say what would be deleted")

@@ -79,13 +79,15 @@ _ALL = [
     PipelineParam("cluster_json", str, "{}",
                   "Cluster resources as JSON: head/workers {cpu, memory, gpu, replicas}, image (default: ray_image), env, "
                   "env_from_secrets (default: every key of s3_secret_name), tolerations, node_selector, labels, "
+                  "pod_annotations (default: sidecar.istio.io/inject false), namespace (default: provider_json's), "
                   "service_account, cpus_per_worker."),
     PipelineParam("max_failed_files", int, 0, "Input files allowed to fail (listed in metadata.json); the step fails beyond that."),
     PipelineParam("timeout_seconds", int, 86400, "Maximum run time of the Ray job."),
     PipelineParam("start_timeout_seconds", int, 900, "Maximum time to wait for the cluster to accept jobs."),
     PipelineParam("s3_secret_name", str, DEFAULT_S3_SECRET,
                   "Kubernetes secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and optionally PREPLINE_S3_ENDPOINT) for the "
-                  "steps and, unless cluster_json sets env_from_secrets, for the Ray head and workers ('' = none)."),
+                  "steps and, unless cluster_json sets env_from_secrets, for the Ray head and workers. Optional: a name with no such "
+                  "secret means no credentials; never '' (Kubernetes rejects an empty secret name: every pod would fail)."),
     PipelineParam("launcher_image", str, DEFAULT_IMAGES.launcher,
                   "Image of the pipeline's steps (prepline[kfp]); set at compile time by prepline compile --registry/--tag."),
     PipelineParam("ray_image", str, DEFAULT_IMAGES.ray,
