@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import sys
 import time
@@ -28,7 +29,7 @@ def _add_param_options(parser: argparse.ArgumentParser, params: list[ParamInfo])
     for p in params:
         flag = "--" + p.name.replace("_", "-")
         default = list(p.default) if p.type is list else p.default
-        helptext = f"{p.help} (default: {json.dumps(default)})"
+        helptext = f"{p.help} (default: {json.dumps(default)})".replace("%", "%%")  # argparse formats help with %
         if p.type is list:
             group.add_argument(flag, dest=p.name, action="append", metavar="VALUE", help=helptext + "; repeat for several")
         elif p.type is bool:
@@ -183,7 +184,8 @@ def describe_markdown(name: str) -> str:
     for p in cls.Config.params():
         d = list(p.default) if p.type is list else p.default
         choices = f" One of: {', '.join(map(str, p.choices))}." if p.choices else ""
-        lines.append(f"| `{p.name}` | {p.type_name} | `{json.dumps(d, ensure_ascii=False)}` | {p.help}.{choices} |")
+        text = html.escape(p.help, quote=False)  # `<code>` is text, not an HTML tag, in Markdown
+        lines.append(f"| `{p.name}` | {p.type_name} | `{json.dumps(d, ensure_ascii=False)}` | {text}.{choices} |")
     return "\n".join(lines) + "\n"
 
 
