@@ -275,7 +275,8 @@ def cmd_report(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="prepline report",
                                  description="Write the HTML report of a pipeline run (charts of every stage's documents, removals, "
                                              "languages, time and the training loss) from its run folder.")
-    ap.add_argument("run", help="the run folder, <work_root>/<run id> (a local path or s3:// URI)")
+    ap.add_argument("run", help="the run folder (a local path or s3:// URI): after `prepline pipeline run --local` it is "
+                                "<--work-root>/stages/<run id>, e.g. runs/pipeline/stages/<run id>; on KFP, <work_root parameter>/<run id>")
     ap.add_argument("--output", default=None, help="where to write the HTML (default: <run>/report.html)")
     a = ap.parse_args(argv)
     from prepline.report import write_report
