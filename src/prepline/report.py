@@ -133,9 +133,10 @@ def _cards(stages: list[StageRun], train: dict | None) -> str:
     last = [s for s in stages if s.stage == stages[-1].stage] if stages else []
     cards = [("documents in", f"{first:,}"), ("stages", f"{len(stages)}"),
              ("documents out", f"{sum(s.meta['totals']['docs_out'] for s in last):,}" + (f" ({last[0].stage})" if last else ""))]
-    tokens = sum(int((s.meta.get("finish") or {}).get("tokens", 0)) for s in stages)
+    # the .bin's count (end-of-document tokens included, as Megatron counts): the stages' tokens_with_eod
+    tokens = sum(int((s.meta.get("finish") or {}).get("tokens_with_eod", 0)) for s in stages)
     if tokens:
-        cards.append(("tokens written", f"{tokens:,}"))
+        cards.append(("tokens written (with EOD)", f"{tokens:,}"))
     if train:
         cards.append(("training loss", f"{train.get('initial_loss', 0):.3f} → {train.get('final_loss', 0):.3f}"))
     return "<div class=\"cards\">" + "".join(f"<div class=\"card\"><span class=\"muted\">{escape(k)}</span><b>{escape(v)}</b></div>"
