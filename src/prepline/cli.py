@@ -251,18 +251,36 @@ def cmd_compile(argv: list[str]) -> int:
 
     image_set = images.ImageSet(a.registry, a.tag)
     plugins = not a.builtins_only
-    diffs = sync_compiled(Path(a.output), check=a.check, images=image_set, plugins=plugins)
-    diffs += [f"elyra {d}" for d in sync_elyra(Path(a.elyra_output), check=a.check, images=image_set, plugins=plugins)]
+    from prepline.gentree import as_written
+
+    shown = (lambda ds: ds) if a.check else as_written  # once written, say so: not "missing:"
+    diffs = shown(sync_compiled(Path(a.output), check=a.check, images=image_set, plugins=plugins))
+    diffs += [f"elyra {d}" for d in shown(sync_elyra(Path(a.elyra_output), check=a.check, images=image_set, plugins=plugins))]
     if plugins and (found := sorted(set(registry.names()) - set(registry.builtin_names()))):
         print("plug-ins included: " + ", ".join(f"{n} ({registry.origin(n).distribution})" for n in found))
     for d in diffs:
         print(d)
     if a.check and diffs:
-        print("error: compiled/ or elyra_templates/ is stale\n  fix: run `prepline compile` and commit them", file=sys.stderr)
+        if plugins and found and not _compile_diffs(a, image_set, plugins=False):
+            print(f"error: {a.output}/ and {a.elyra_output}/ hold the built-in transforms only; --check compared them with the "
+                  f"installed plug-in(s) too ({', '.join(found)})\n  fix: prepline compile --check --builtins-only "
+                  f"(your own catalog: prepline compile --output <folder> --elyra-output <folder>)", file=sys.stderr)
+        else:
+            print("error: compiled/ or elyra_templates/ is stale\n  fix: run `prepline compile` and commit them", file=sys.stderr)
         return EXIT_FAILED
     if not a.check:
         print("images: " + ", ".join(f"{k} {v}" for k, v in image_set.all().items()))
     return 0
+
+
+def _compile_diffs(a: argparse.Namespace, image_set, plugins: bool) -> list[str]:
+    from pathlib import Path
+
+    from prepline.elyra_pipeline import sync as sync_elyra
+    from prepline.kfp.compile import sync_compiled
+
+    return (sync_compiled(Path(a.output), check=True, images=image_set, plugins=plugins)
+            + sync_elyra(Path(a.elyra_output), check=True, images=image_set, plugins=plugins))
 
 
 def cmd_pipeline(argv: list[str]) -> int:
