@@ -194,3 +194,26 @@ def test_the_commands_of_a_page_run_as_written(page, tmp_path):
         else:
             assert r.returncode == 0, f"{b.where} failed (exit {r.returncode}):\n{b.commands()}\n{out[-3000:]}"
             assert "Traceback" not in out, f"{b.where}:\n{out[-3000:]}"
+
+
+def test_the_markers_setup_and_placeholders_are_understood(tmp_path):
+    """The page format above, on a page written here: markers, a setup, a bound placeholder, a
+    $-block's prompt and continuation lines, an unlabelled command block."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- docs-test: setup\nmkdir -p runs/stages/abc\n-->\n"
+        "```bash\necho one > a.txt\n```\n\n"
+        "<!-- docs-test: not run: needs a cluster somewhere -->\n```bash\nkubectl apply -f x\n```\n"
+        "<!-- docs-test: let <run id> = $(ls runs/stages) -->\n"
+        "```\n$ cat a.txt \\\n    > runs/stages/<run id>/copy.txt\nthe output\n$ ls runs/stages/<run id>\ncopy.txt\n```\n"
+        "```\nprepline list\n```\n```\nnot a command\n```\n")
+    blocks, setup = page_blocks(str(page))
+    assert [(_kind(b), b.lang) for b in blocks] == [("run", "bash"), ("not run", "bash"), ("run", ""), ("run", "")]
+    assert setup.strip() == "mkdir -p runs/stages/abc"
+    assert blocks[2].commands() == "cat a.txt \\\n    > runs/stages/<run id>/copy.txt\nls runs/stages/<run id>\n"
+    env = _env(tmp_path)
+    assert _bash(setup, tmp_path, env).returncode == 0
+    for b in (blocks[0], blocks[2]):
+        r = _bash(_bind(b), tmp_path, env)
+        assert r.returncode == 0, r.stderr
+    assert (tmp_path / "runs" / "stages" / "abc" / "copy.txt").read_text() == "one\n" and r.stdout == "copy.txt\n"
