@@ -179,8 +179,10 @@ class RunFolder:
         self._thread: threading.Thread | None = None
 
     def header(self) -> str:
+        from prepline.stages import run_key
+
         given = self.args.get("run_id")
-        where = f"{self.root}/{given}/" if given else f"{self.root}/<run id>/"
+        where = f"{self.root}/{run_key(str(given))}/" if given else f"{self.root}/<run id>/"
         return (f"pipeline {self.name} (local): input {self.args.get('input_path', '?')}\n"
                 f"  output: {where} (stage outputs, metadata.json, report.html); each task's log: {self.root.parent / 'kfp'}/")
 
