@@ -275,7 +275,7 @@ class Tokenization(Transform):
     name = "tokenization"
     Config = TokenizationConfig
     summary = "token ids per document (num_tokens, optional tokens) and a Megatron .bin/.idx dataset for training"
-    headline = ("tokens", "empty_docs", "chunked_docs", "finish.vocab_size")
+    headline = ("document_tokens", "empty_docs", "chunked_docs", "finish.tokens_with_eod", "finish.vocab_size")
     extra = "tokenize"
 
     def input_columns(self) -> list[Column]:
@@ -367,7 +367,9 @@ class Tokenization(Transform):
             tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32()), type=pa.list_(pa.int32()))
             table = table.append_column(c.tokens_column, tokens)
         table = table.append_column(c.num_tokens_column, pa.array(counts, pa.int64()))
-        counters = {"tokens": int(counts.sum()), "empty_docs": int((counts == 0).sum()), "chunked_docs": chunked,
+        # document_tokens: the documents' own tokens (the num_tokens column's sum); the .bin adds one
+        # end-of-document token per non-empty document (finish: tokens_with_eod, what Megatron counts)
+        counters = {"document_tokens": int(counts.sum()), "empty_docs": int((counts == 0).sum()), "chunked_docs": chunked,
                     "fast_encoded_docs": len(counts) if self._enc.fast is not None else 0, "reencoded_texts": again}
         return Output.of(table, counters=counters)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import sys
 import time
@@ -28,7 +29,7 @@ def _add_param_options(parser: argparse.ArgumentParser, params: list[ParamInfo])
     for p in params:
         flag = "--" + p.name.replace("_", "-")
         default = list(p.default) if p.type is list else p.default
-        helptext = f"{p.help} (default: {json.dumps(default)})"
+        helptext = f"{p.help} (default: {json.dumps(default)})".replace("%", "%%")  # argparse formats help with %
         if p.type is list:
             group.add_argument(flag, dest=p.name, action="append", metavar="VALUE", help=helptext + "; repeat for several")
         elif p.type is bool:
@@ -183,7 +184,8 @@ def describe_markdown(name: str) -> str:
     for p in cls.Config.params():
         d = list(p.default) if p.type is list else p.default
         choices = f" One of: {', '.join(map(str, p.choices))}." if p.choices else ""
-        lines.append(f"| `{p.name}` | {p.type_name} | `{json.dumps(d, ensure_ascii=False)}` | {p.help}.{choices} |")
+        text = html.escape(p.help, quote=False)  # `<code>` is text, not an HTML tag, in Markdown
+        lines.append(f"| `{p.name}` | {p.type_name} | `{json.dumps(d, ensure_ascii=False)}` | {text}.{choices} |")
     return "\n".join(lines) + "\n"
 
 
@@ -252,19 +254,37 @@ def cmd_compile(argv: list[str]) -> int:
 
     image_set = images.ImageSet(a.registry, a.tag)
     plugins = not a.builtins_only
-    diffs = sync_compiled(Path(a.output), check=a.check, images=image_set, plugins=plugins)
-    diffs += [f"elyra {d}" for d in sync_elyra(Path(a.elyra_output), check=a.check, images=image_set, plugins=plugins)]
-    diffs += [f"deploy {d}" for d in images.sync_deploy(Path(a.deploy_output), check=a.check, images=image_set)]
+    from prepline.gentree import as_written
+
+    shown = (lambda ds: ds) if a.check else as_written  # once written, say so: not "missing:"
+    diffs = shown(sync_compiled(Path(a.output), check=a.check, images=image_set, plugins=plugins))
+    diffs += [f"elyra {d}" for d in shown(sync_elyra(Path(a.elyra_output), check=a.check, images=image_set, plugins=plugins))]
+    diffs += [f"deploy {d}" for d in shown(images.sync_deploy(Path(a.deploy_output), check=a.check, images=image_set))]
     if plugins and (found := sorted(set(registry.names()) - set(registry.builtin_names()))):
         print("plug-ins included: " + ", ".join(f"{n} ({registry.origin(n).distribution})" for n in found))
     for d in diffs:
         print(d)
     if a.check and diffs:
-        print("error: compiled/, elyra_templates/ or deploy/images/ is stale\n  fix: run `prepline compile` and commit them", file=sys.stderr)
+        if plugins and found and not _compile_diffs(a, image_set, plugins=False):
+            print(f"error: {a.output}/ and {a.elyra_output}/ hold the built-in transforms only; --check compared them with the "
+                  f"installed plug-in(s) too ({', '.join(found)})\n  fix: prepline compile --check --builtins-only "
+                  f"(your own catalog: prepline compile --output <folder> --elyra-output <folder>)", file=sys.stderr)
+        else:
+            print("error: compiled/, elyra_templates/ or deploy/images/ is stale\n  fix: run `prepline compile` and commit them", file=sys.stderr)
         return EXIT_FAILED
     if not a.check:
         print("images: " + ", ".join(f"{k} {v}" for k, v in image_set.all().items()))
     return 0
+
+
+def _compile_diffs(a: argparse.Namespace, image_set, plugins: bool) -> list[str]:
+    from pathlib import Path
+
+    from prepline.elyra_pipeline import sync as sync_elyra
+    from prepline.kfp.compile import sync_compiled
+
+    return (sync_compiled(Path(a.output), check=True, images=image_set, plugins=plugins)
+            + sync_elyra(Path(a.elyra_output), check=True, images=image_set, plugins=plugins))
 
 
 def cmd_pipeline(argv: list[str]) -> int:
@@ -277,7 +297,8 @@ def cmd_report(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="prepline report",
                                  description="Write the HTML report of a pipeline run (charts of every stage's documents, removals, "
                                              "languages, time and the training loss) from its run folder.")
-    ap.add_argument("run", help="the run folder, <work_root>/<run id> (a local path or s3:// URI)")
+    ap.add_argument("run", help="the run folder (a local path or s3:// URI): after `prepline pipeline run --local` it is "
+                                "<--work-root>/stages/<run id>, e.g. runs/pipeline/stages/<run id>; on KFP, <work_root parameter>/<run id>")
     ap.add_argument("--output", default=None, help="where to write the HTML (default: <run>/report.html)")
     a = ap.parse_args(argv)
     from prepline.report import write_report

@@ -46,7 +46,8 @@ class PipelineParam:
 
 _ALL = [
     PipelineParam("input_path", str, REQUIRED,
-                  "Input folder or s3:// URI of Parquet files (read by a first stage; ignored when input_stage is set). Required."),
+                  "Input folder, file or s3:// URI: Parquet; ingest reads JSONL(.gz/.zst), CSV/TSV, WARC/WET and Hugging Face "
+                  "dataset shards (read by a first stage; ignored when input_stage is set). Required."),
     PipelineParam("work_root", str, REQUIRED,
                   "s3:// URI (or a folder every step and Ray pod mounts) under which every stage writes "
                   "<work_root>/<run id>/[lang=<branch>/]<stage>. Required."),
@@ -59,16 +60,16 @@ _ALL = [
     PipelineParam("text_column", str, "contents",
                   "The text column of every stage (their content_column, ingest's text_column, ${text_column} in the filter criteria)."),
     PipelineParam("from_plan", bool, False,
-                  "Take the stage's input, parameters and cluster from the run's plan.json, which the first step of a super "
+                  "Internal (set by the super pipeline). Take the stage's input, parameters and cluster from the run's plan.json, which the first step of a super "
                   "pipeline writes (params_json, overrides_json, input_stage and input_from_split are then not used)."),
     PipelineParam("params_json", str, "{}", "The transform's parameters as a JSON object (see the table above); {} for the defaults."),
     PipelineParam("overrides_json", str, "{}",
                   'Settings merged over the defaults (docs/pipelines.md): {"<stage>": {"params": {...}, "cluster": {...}, '
                   '"branches": {"<language>": {"params": {...}}}}}; "tokenizer": the shared tokenizer\'s params.'),
-    PipelineParam("branch", str, "", "Language branch this stage runs for ('' outside a per-language branch)."),
-    PipelineParam("input_stage", str, "", "Read the output of this earlier stage of the same run instead of input_path."),
+    PipelineParam("branch", str, "", "Internal (set by the super pipeline). Language branch this stage runs for ('' outside a per-language branch)."),
+    PipelineParam("input_stage", str, "", "Internal (set by the super pipeline). Read the output of this earlier stage of the same run instead of input_path."),
     PipelineParam("input_from_split", bool, False,
-                  "With input_stage: read its lang=<branch> sub-folder (the stage after lang_id's split)."),
+                  "Internal (set by the super pipeline). With input_stage: read its lang=<branch> sub-folder (the stage after lang_id's split)."),
     PipelineParam("provider", str, DEFAULT_PROVIDER,
                   "Where the Ray cluster comes from: 'kuberay' (a RayCluster through the KubeRay API server) or 'local' "
                   "(a Ray head on the machine running the step: kfp.local only, the launcher image has no Ray)."),
@@ -93,7 +94,7 @@ _ALL = [
     PipelineParam("ray_image", str, DEFAULT_IMAGES.ray,
                   "Image of the Ray head and workers (cluster_json's image wins); from prepline compile --registry/--tag."),
     PipelineParam("run_id", str, "",
-                  "Run id under which the stage's paths are derived ('' = this run's own id); the SDK-chained super pipeline "
+                  "Internal (set by the SDK-chained super pipeline). Run id under which the stage's paths are derived ('' = this run's own id); the SDK-chained super pipeline "
                   "passes its run id so every child run writes under the parent's work folder."),
     # the closing fine-tune step of the super pipelines
     PipelineParam("train_mode", str, DEFAULT_TRAIN_MODE,

@@ -357,7 +357,8 @@ def stop(provider: str, provider_json: str, cluster_json: str, run_id: str, stag
     cluster_json = _stop_cluster_json(cluster_json, overrides_json, stage, branch, work_root, from_plan, run_id_override or run_id)
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     existed = _provider(provider, provider_json).delete(spec.name, spec.namespace)
-    log.info("cluster %s %s", spec.name, "deleted" if existed else "was already gone")
+    # a stage that did not start one (resumed, or its plan skips it) has no cluster: not news to lead a run with
+    log.info("cluster %s %s", spec.name, "deleted" if existed else "not running (nothing to stop)")
     return existed
 
 
