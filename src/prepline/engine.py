@@ -46,10 +46,13 @@ ProgressFactory = Callable[[Tracker], Any]
 
 
 def fingerprint(transform: Transform, files: list[FileInfo], input_uri: str) -> str:
+    """The run's identity: transform, parameters, input, and each file's name, size and version tag
+    (local mtime, S3 ETag: :attr:`FileInfo.tag`), so that a file edited in place, even to the same
+    size, makes an unfinished run of the old file unresumable instead of mixing old and new data."""
     h = hashlib.sha256()
     h.update(json.dumps({"t": transform.name, "p": transform.config.to_dict(), "in": input_uri}, sort_keys=True, default=list).encode())
     for f in files:
-        h.update(f"{f.rel}\0{f.size}\n".encode())
+        h.update(f"{f.rel}\0{f.size}\0{f.tag}\n".encode())
     return h.hexdigest()[:16]
 
 
@@ -81,13 +84,13 @@ def open_input(uri: str, out: Location, suffixes: tuple[str, ...]) -> tuple[Loca
         )
     if inside(inp, out):
         raise ConfigError(f"input {inp.uri} is inside output {out.uri}", "choose an output folder that does not contain the input")
-    size = inp.file_size()
-    if size is None:
+    one = inp.file_info()
+    if one is None:
         return inp, list_input(inp, suffixes)
     parent, name = inp.parent_and_name()
     if not name.endswith(suffixes):
         raise InputError(f"input file {inp.uri} is not a {'/'.join(suffixes)} file", "pass a folder, or a file this transform reads")
-    return parent, [FileInfo(name, size)]
+    return parent, [FileInfo(name, one.size, one.tag)]
 
 
 @dataclass
@@ -101,6 +104,8 @@ class _Run:
     out: Location
     tasks: list[FileTask]
     fingerprint: str
+    #: rel -> [size, version tag] of every input file, kept in run.json to name what changed
+    inputs: dict[str, list]
     started: str
     t_start: float
     #: input files that failed (bad input, tolerated up to --max-failed-files)
@@ -187,7 +192,8 @@ def _open(name: str, params: dict | None, options: RunOptions) -> _Run:
     out = open_location(options.output)
     inp, files = open_input(options.input, out, transform.input_suffixes)
     tasks = [FileTask(inp.path(f.rel), f.rel, f.size) for f in files]
-    return _Run(name, transform, options, inp, out, tasks, fingerprint(transform, files, open_location(options.input).uri), started, t_start)
+    return _Run(name, transform, options, inp, out, tasks, fingerprint(transform, files, open_location(options.input).uri),
+                {f.rel: [f.size, f.tag] for f in files}, started, t_start)
 
 
 def _resume_or_refuse(run: _Run) -> RunResult | None:
@@ -204,6 +210,7 @@ def _resume_or_refuse(run: _Run) -> RunResult | None:
         _clear(out, WORK)  # what a run killed while cleaning up left behind
         return RunResult(prior, out.uri, resumed=True)
     if run_json is not None and run_json.get("fingerprint") != run.fingerprint:
+        _refuse_changed_input(run, run_json)
         raise OutputError(
             f"output {out.uri} holds an unfinished run with other input or parameters",
             "rerun with the same parameters to resume it, or pass --overwrite to start over",
@@ -211,6 +218,27 @@ def _resume_or_refuse(run: _Run) -> RunResult | None:
     if run_json is None and any(f.rel != LOCK for f in out.list_all()):
         raise OutputError(f"output folder {out.uri} is not empty", "choose an empty folder or pass --overwrite")
     return None
+
+
+def _refuse_changed_input(run: _Run, run_json: dict) -> None:
+    """An unfinished run of the same transform and parameters whose input files were edited, added
+    or removed since: name them (resuming would mix the old files' work with the new files')."""
+    then = run_json.get("inputs")
+    params = json.loads(json.dumps(run.transform.config.to_dict(), default=list))
+    if (not isinstance(then, dict) or run_json.get("transform") != run.name or run_json.get("parameters") != params
+            or run_json.get("input") != run.inp.uri):
+        return
+    changed = sorted(k for k in then.keys() & run.inputs.keys() if list(then[k]) != list(run.inputs[k]))
+    added, gone = sorted(run.inputs.keys() - then.keys()), sorted(then.keys() - run.inputs.keys())
+    if not (changed or added or gone):
+        return
+    what = "; ".join(f"{label} {', '.join(names[:5])}{' …' if len(names) > 5 else ''}"
+                     for label, names in (("changed:", changed), ("added:", added), ("removed:", gone)) if names)
+    raise OutputError(
+        f"output {run.out.uri} holds an unfinished run whose input files changed since it started ({what}): "
+        "resuming would mix work done on the old files with the new ones",
+        "restore the input files as they were to resume, or pass --overwrite to start over with the input as it is now",
+    )
 
 
 def _clear(out: Location, under: str = "") -> None:
@@ -233,7 +261,9 @@ def _start(run: _Run) -> None:
         run.out.clean_temp_files()
     _check_first_schema(run.transform, run.inp, run.tasks[0])
     try:
-        run.out.write_bytes(f"{WORK}/run.json", json.dumps({"fingerprint": run.fingerprint, "transform": run.name}).encode())
+        run.out.write_bytes(f"{WORK}/run.json", json.dumps({"fingerprint": run.fingerprint, "transform": run.name,
+                                                             "parameters": run.transform.config.to_dict(), "input": run.inp.uri,
+                                                             "inputs": run.inputs}, default=list).encode())
     except OSError as e:
         raise os_error(e, run.out.uri) from None
 

@@ -1,0 +1,148 @@
+"""Runs that must end in a clear error or a correct result, never a success with documents lost or
+duplicated (issue 30): a resume after an input file was edited in place, a tolerated file failing
+after a dedup plan was made, colliding ids in fuzzy_dedup, counts of what was really written.
+Each is measured as the issue measured it: ids and counts against an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from prepline.engine import RunOptions, run_transform
+from prepline.errors import OutputError, PreplineError
+
+KILL_AT = Path(__file__).parents[1] / "transforms" / "kill_at.py"
+TEXT_LEN = 60
+
+
+def _text(i: int) -> str:
+    """A document of TEXT_LEN characters, distinct for each i (no two normalise alike)."""
+    words = " ".join(f"w{(i * 7 + k) % 9973:04d}x{k}" for k in range(8))
+    return f"doc {i:07d} {words}".ljust(TEXT_LEN, ".")[:TEXT_LEN]
+
+
+def _write_fixed(path: Path, ids: list[int], texts: list[str]) -> None:
+    """Uncompressed, plain-encoded, without statistics: the file's size depends only on the row
+    count and the text lengths, so an edit that keeps the lengths keeps the size."""
+    assert all(len(t) == TEXT_LEN for t in texts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"doc_id": pa.array(ids, pa.int64()), "contents": pa.array(texts, pa.string())})
+    pq.write_table(table, path, compression="none", use_dictionary=False, write_statistics=False)
+
+
+def _ids(folder: Path) -> Counter:
+    """Every output document's id (a Counter: a duplicate shows as a count of 2)."""
+    got: Counter = Counter()
+    for p in sorted(folder.rglob("*.parquet")):
+        if "_prepline" not in p.parts and "_removed" not in p.parts:
+            got.update(pq.read_table(p, columns=["doc_id"]).column("doc_id").to_pylist())
+    return got
+
+
+def _texts(folder: Path) -> Counter:
+    got: Counter = Counter()
+    for p in sorted(folder.rglob("*.parquet")):
+        if "_prepline" not in p.parts and "_removed" not in p.parts:
+            got.update(pq.read_table(p, columns=["contents"]).column("contents").to_pylist())
+    return got
+
+
+def _cli(*args: str) -> list[str]:
+    return ["run", *args, "--no-progress", "--workers", "1"]
+
+
+# -- 1. a resume after an in-place, same-size edit of an input file -------------------------------
+
+def _two_files(src: Path, n: int = 300) -> tuple[list[int], list[str]]:
+    """Two files of n documents; the second half of b repeats texts of a (exact duplicates)."""
+    a_ids, a_txt = list(range(n)), [_text(i) for i in range(n)]
+    b_ids = list(range(n, 2 * n))
+    b_txt = [_text(i) if i < n + n // 2 else _text(i - n) for i in b_ids]
+    _write_fixed(src / "a.parquet", a_ids, a_txt)
+    _write_fixed(src / "b.parquet", b_ids, b_txt)
+    return b_ids, b_txt
+
+
+@pytest.mark.parametrize("name, phase", [("exact_dedup", "reduce"), ("fuzzy_dedup", "buckets")])
+def test_resume_after_same_size_edit_is_refused_not_mixed(tmp_path, name, phase):
+    src, out = tmp_path / "in", tmp_path / "out"
+    b_ids, b_txt = _two_files(src)
+    params = json.dumps({"num_shards": 4})
+    killed = subprocess.run([sys.executable, str(KILL_AT), phase, "1", "--",
+                             *_cli(name, "--input", str(src), "--output", str(out), "--params", params)],
+                            capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9, f"not killed in {phase} (exit {killed.returncode}): {killed.stderr[-2000:]}"
+    assert (out / "_prepline" / "run.json").exists() and not (out / "metadata.json").exists()
+
+    # b's first document (unique until now) becomes an equal-length copy of a's document 10; b's
+    # copy of a's document 0 (row n // 2) becomes a new unique text: a same-size, in-place edit
+    size = (src / "b.parquet").stat().st_size
+    b_txt = list(b_txt)
+    b_txt[0] = _text(10)
+    b_txt[len(b_txt) // 2] = _text(999_999)
+    _write_fixed(src / "b.parquet", b_ids, b_txt)
+    assert (src / "b.parquet").stat().st_size == size
+
+    # what an uninterrupted run of the edited input gives
+    ref = tmp_path / "ref"
+    run_transform(name, {"num_shards": 4}, RunOptions(str(src), str(ref), workers=1, progress=False))
+    want = _ids(ref)
+    assert max(_texts(ref).values()) == 1 and b_ids[0] not in want  # the new copy is removed
+
+    try:
+        meta = run_transform(name, {"num_shards": 4}, RunOptions(str(src), str(out), workers=1, progress=False)).metadata
+    except OutputError as e:  # refused: the error says which file changed and what to do
+        assert "b.parquet" in e.message and "changed" in e.message and "--overwrite" in e.fix
+        assert not (out / "metadata.json").exists()
+    else:  # redone: then it must equal the uninterrupted run
+        got = _ids(out)
+        lost, extra = sum((want - got).values()), sum((got - want).values())
+        assert (lost, extra) == (0, 0), f"resume mixed old and new data: {lost} lost, {extra} extra ({meta['status']})"
+    # --overwrite starts over and gives the uninterrupted run's documents
+    run_transform(name, {"num_shards": 4}, RunOptions(str(src), str(out), workers=1, progress=False, overwrite=True))
+    assert _ids(out) == want
+
+
+def test_fingerprint_sees_a_same_size_rewrite(tmp_path):
+    from prepline import registry
+    from prepline.data_access import open_location
+    from prepline.engine import fingerprint, list_input
+
+    src = tmp_path / "in"
+    _write_fixed(src / "a.parquet", [1, 2], [_text(1), _text(2)])
+    t = registry.build("exact_dedup", {})
+    loc = open_location(str(src))
+    before = fingerprint(t, list_input(loc), loc.uri)
+    st = (src / "a.parquet").stat()
+    _write_fixed(src / "a.parquet", [1, 2], [_text(1), _text(3)])
+    os.utime(src / "a.parquet", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # coarse clocks: a later mtime
+    assert (src / "a.parquet").stat().st_size == st.st_size
+    assert fingerprint(t, list_input(loc), loc.uri) != before
+
+
+def test_s3_listing_and_single_object_carry_the_etag(s3_bucket):
+    """On S3 the version tag is the ETag, the same from a listing (ListObjectsV2) and a HEAD; a
+    rewrite of the same size changes it, and so the run's fingerprint."""
+    from prepline import registry
+    from prepline.data_access import open_location
+    from prepline.engine import fingerprint
+
+    loc = open_location(f"s3://{s3_bucket}/in")
+    loc.write_bytes("a.parquet", b"x" * 100)
+    [listed] = loc.list_files()
+    one = loc.file_info("a.parquet")
+    assert listed.tag.startswith("ETag=") and one is not None and one.tag == listed.tag and one.size == 100
+    t = registry.build("exact_dedup", {})
+    before = fingerprint(t, [listed], loc.uri)
+    loc.write_bytes("a.parquet", b"y" * 100)
+    [again] = loc.list_files()
+    assert again.size == listed.size and again.tag != listed.tag
+    assert fingerprint(t, [again], loc.uri) != before
