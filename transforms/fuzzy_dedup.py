@@ -275,6 +275,7 @@ class FuzzyDedup(Transform):
     Config = FuzzyDedupConfig
     summary = "near duplicates by MinHash-LSH (+ Jaccard check) and connected components: remove, keep or annotate"
     headline = ("removed.*", "plan.clusters", "plan.docs_in_clusters", "plan.largest_cluster", "plan.candidate_pairs", "empty_docs")
+    plan_needs_every_file = True  # a file failing after the plan may hold the kept copies of other files' duplicates
 
     # -- contract --------------------------------------------------------------------------
     def __init__(self, config: FuzzyDedupConfig):

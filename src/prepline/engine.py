@@ -295,6 +295,7 @@ def _phase_items(run: _Run, phase: Phase, files: list[FileTask]) -> list[Any]:
 def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFactory | None) -> bool:
     """Run one phase's pending tasks (finished ones are read back from their markers). False: stop."""
     live = [t for t in run.tasks if t.rel not in run.failures]
+    first = (run.transform.phases() + [phase])[0].name  # a file may fail (tolerated) only before any phase used it
     state: dict = {}
     if phase.name == FINAL:
         plan = run.transform.plan(run.results, live)
@@ -316,9 +317,17 @@ def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFa
         run.lock.check()  # an S3 lease taken over by another run: stop before writing more
         if "error" in r:
             log.error("%s", r["error"])
-            if isinstance(item, FileTask) and r.get("kind") == "input":  # a bad input file: tolerated up to N
+            after_plan = phase.name != first and run.transform.plan_needs_every_file
+            if isinstance(item, FileTask) and r.get("kind") == "input" and not after_plan:  # a bad input file: tolerated up to N
                 run.failures[key] = {"phase": phase.name, **r}
                 return not run.too_many_failures
+            if isinstance(item, FileTask) and r.get("kind") == "input":
+                # an earlier phase read this file into the plan (its documents may be the kept copies of
+                # duplicates in other files): the plan no longer holds, so the run fails
+                r = {**r, "error": f"{key} failed in phase '{phase.name}' after its documents went into {run.name}'s plan "
+                                   f"(phase '{first}'), which now counts on them: {r['error']}",
+                     "fix": f"repair, restore or remove {key} (a file that fails after the plan cannot be tolerated, even with "
+                            f"--max-failed-files), then rerun; if you removed it, rerun with --overwrite"}
             run.fatal_task = {"phase": phase.name, "task": key, **r}  # never tolerated: a shard, a lost worker, the storage
             run.fatal = task_error(r)
             return False

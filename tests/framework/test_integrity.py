@@ -146,3 +146,89 @@ def test_s3_listing_and_single_object_carry_the_etag(s3_bucket):
     [again] = loc.list_files()
     assert again.size == listed.size and again.tag != listed.tag
     assert fingerprint(t, [again], loc.uri) != before
+
+
+# -- 2. a tolerated file that fails after the dedup plan was made ---------------------------------
+
+META = "M" * 40  # the value of a column that the dedup phases do not read
+
+
+def _with_meta(path: Path, ids: list[int], texts: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"doc_id": pa.array(ids, pa.int64()), "contents": pa.array(texts, pa.string()),
+                      "meta": pa.array([META] * len(ids), pa.string())})
+    pq.write_table(table, path, compression="none", use_dictionary=False, write_statistics=False, write_page_checksum=True)
+
+
+def _kept_copies_elsewhere(src: Path, n: int = 200) -> None:
+    """a.parquet holds the smallest ids; b and c repeat some of a's texts (a holds the kept copies)."""
+    _with_meta(src / "a.parquet", list(range(n)), [_text(i) for i in range(n)])
+    _with_meta(src / "b.parquet", list(range(n, 2 * n)), [_text(i - n) if (i - n) % 3 == 1 else _text(i) for i in range(n, 2 * n)])
+    _with_meta(src / "c.parquet", list(range(2 * n, 3 * n)), [_text(i - 2 * n) if (i - 2 * n) % 6 == 0 else _text(i) for i in range(2 * n, 3 * n)])
+
+
+def _corrupt_meta_page(path: Path) -> None:
+    """Flip a byte inside a data page of column 'meta' (its page checksum no longer matches): the
+    file's footer and its other columns read fine."""
+    data = bytearray(path.read_bytes())
+    at = data.index(META.encode()) + 5
+    data[at] ^= 0x20
+    path.write_bytes(bytes(data))
+    with pytest.raises(OSError):
+        pq.read_table(path, columns=["meta"], page_checksum_verification=True)
+    pq.read_table(path, columns=["doc_id", "contents"], page_checksum_verification=True)
+
+
+def _delete_after_first_marker(monkeypatch, phase: str, victim: Path) -> list:
+    """Delete ``victim`` when the first completion marker of ``phase`` is written (the plan's input
+    was read, its later phases have not run): a file removed mid-run. Returns a list that holds
+    True once it happened."""
+    from prepline.context import MARKERS
+    from prepline.data_access import LocalLocation
+
+    done: list = []
+    write = LocalLocation.write_bytes
+
+    def hooked(self, rel, data):
+        write(self, rel, data)
+        if rel.startswith(f"{MARKERS}/{phase}/") and not done:
+            victim.unlink()
+            done.append(True)
+
+    monkeypatch.setattr(LocalLocation, "write_bytes", hooked)
+    return done
+
+
+@pytest.mark.parametrize("name, first_reduce", [("exact_dedup", "reduce"), ("fuzzy_dedup", "buckets")])
+@pytest.mark.parametrize("fault", ["corrupt_page", "deleted_mid_run"])
+def test_a_file_failing_after_the_plan_never_costs_documents_of_healthy_files(tmp_path, monkeypatch, name, first_reduce, fault):
+    src, out, ref_in, ref = tmp_path / "in", tmp_path / "out", tmp_path / "ref_in", tmp_path / "ref"
+    _kept_copies_elsewhere(src)
+    # the uninterrupted run without the failing file: what the healthy files must give
+    _kept_copies_elsewhere(ref_in)
+    (ref_in / "a.parquet").unlink()
+    run_transform(name, {"num_shards": 4}, RunOptions(str(ref_in), str(ref), workers=1, progress=False))
+    want = _ids(ref)
+    assert sum(want.values()) == 400  # b and c share no text: nothing removed
+
+    happened: list = [True]
+    if fault == "corrupt_page":
+        _corrupt_meta_page(src / "a.parquet")
+    else:
+        happened = _delete_after_first_marker(monkeypatch, first_reduce, src / "a.parquet")
+    opts = RunOptions(str(src), str(out), workers=1, progress=False, max_failed_files=1)
+    try:
+        meta = run_transform(name, {"num_shards": 4}, opts).metadata
+    except PreplineError as e:  # refused: the error names the file and says why it cannot be tolerated
+        assert happened
+        assert "a.parquet" in e.message and "plan" in e.message, e.message
+        assert e.fix
+        meta = json.loads((out / "metadata.json").read_text())
+        assert meta["status"] == "failed"
+    else:  # tolerated: then the healthy files' documents are all there, none removed
+        assert happened and meta["status"] == "success" and "a.parquet" in meta["failures"]
+        got = _ids(out)
+        lost, extra = sum((want - got).values()), sum((got - want).values())
+        assert (lost, extra) == (0, 0), f"{lost} documents of healthy files lost, {extra} extra, status success"
+        t = meta["totals"]
+        assert t["docs_out"] == sum(got.values()) and t["docs_in"] == t["docs_out"] + t["removed_total"]
