@@ -232,3 +232,36 @@ def test_a_file_failing_after_the_plan_never_costs_documents_of_healthy_files(tm
         assert (lost, extra) == (0, 0), f"{lost} documents of healthy files lost, {extra} extra, status success"
         t = meta["totals"]
         assert t["docs_out"] == sum(got.values()) and t["docs_in"] == t["docs_out"] + t["removed_total"]
+
+
+# -- 5. fuzzy_dedup with doc_id values that collide across different texts ------------------------
+
+def _merged_numbered_from_zero(src: Path, n: int = 300, offset: int = 0) -> None:
+    """Two datasets each numbered from 0 (``offset`` renumbers the second), merged: the second
+    repeats every fourth text of the first under another position, so its id differs."""
+    _write_fixed(src / "one" / "part-0.parquet", list(range(n)), [_text(i) for i in range(n)])
+    two = [_text((i * 7 + 1) % n) if i % 4 == 0 else _text(10_000 + i) for i in range(n)]  # never its own id
+    _write_fixed(src / "two" / "part-0.parquet", [offset + i for i in range(n)], two)
+
+
+@pytest.mark.parametrize("verify", ["jaccard", "estimate"])
+def test_fuzzy_dedup_with_ids_colliding_across_texts_keeps_no_duplicate(tmp_path, verify):
+    """The texts share no shingle unless equal: the right output is every distinct text once (525
+    of 600). exact_dedup on the same input is right (its keys are texts, not ids)."""
+    src, out = tmp_path / "in", tmp_path / "out"
+    _merged_numbered_from_zero(src)
+    want = Counter(set(_texts(src)))
+    assert sum(want.values()) == 600 - 75
+    run_transform("exact_dedup", {"num_shards": 4}, RunOptions(str(src), str(tmp_path / "exact"), workers=1, progress=False))
+    assert _texts(tmp_path / "exact") == want
+    params = {"num_shards": 4, "verify": verify}
+    try:
+        meta = run_transform("fuzzy_dedup", params, RunOptions(str(src), str(out), workers=1, progress=False)).metadata
+    except PreplineError as e:  # refused: names the id column and says how to get unique ids
+        assert "doc_id" in e.message and "more than one document" in e.message, e.message
+        assert "run doc_id first" in e.fix
+        assert json.loads((out / "metadata.json").read_text())["status"] == "failed"
+    else:  # handled: no exact duplicate kept, no distinct text lost
+        got = _texts(out)
+        kept_dups, lost = sum(v - 1 for v in got.values() if v > 1), sum((want - got).values())
+        assert (kept_dups, lost) == (0, 0), f"{kept_dups} exact duplicates kept, {lost} distinct texts lost ({meta['status']})"
