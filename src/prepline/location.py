@@ -209,7 +209,13 @@ class ParquetSink:
         self.rows += table.num_rows
 
     def close(self) -> None:
-        (self._writer or self._open(None)).close()
+        writer = self._writer or self._open(None)
+        writer.close()
+        # the rows the file holds, from its footer as written (a table without columns writes none
+        # of its rows): counts are derived from what was written, not from what was handed over
+        written = getattr(getattr(writer, "writer", None), "metadata", None)
+        if written is not None:
+            self.rows = written.num_rows
 
     def abandon(self) -> None:
         with contextlib.suppress(Exception):

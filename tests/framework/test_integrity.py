@@ -265,3 +265,40 @@ def test_fuzzy_dedup_with_ids_colliding_across_texts_keeps_no_duplicate(tmp_path
         got = _texts(out)
         kept_dups, lost = sum(v - 1 for v in got.values() if v > 1), sum((want - got).values())
         assert (kept_dups, lost) == (0, 0), f"{kept_dups} exact duplicates kept, {lost} distinct texts lost ({meta['status']})"
+
+
+# -- 8. counts derived from what was written ------------------------------------------------------
+
+def _rows_on_disk(folder: Path) -> int:
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in folder.rglob("*.parquet") if "_prepline" not in p.parts)
+
+
+def test_filter_dropping_every_column_never_records_documents_it_did_not_write(tmp_path):
+    src, out = tmp_path / "in", tmp_path / "out"
+    _two_files(src, n=150)
+    try:
+        meta = run_transform("filter", {"columns_to_drop": ["doc_id", "contents"]},
+                             RunOptions(str(src), str(out), workers=1, progress=False)).metadata
+    except PreplineError as e:  # refused before any output: says why and what to do
+        assert "every column" in e.message and "columns_to_drop" in e.message and e.fix
+        assert _rows_on_disk(out) == 0
+    else:  # ran: then metadata counts what the files hold, and the documents add up
+        t = meta["totals"]
+        assert t["docs_out"] == _rows_on_disk(out), f"docs_out {t['docs_out']} but the files hold {_rows_on_disk(out)} rows"
+        assert t["docs_in"] == 300 == t["docs_out"] + t["removed_total"]
+
+
+def test_a_sink_counts_the_rows_its_file_holds(tmp_path):
+    """Whatever a transform hands the writer, docs_out is the written file's row count: a table
+    without columns holds no rows in Parquet, so the file's count (0) is recorded, and the run's
+    conservation check (docs_in = docs_out + removed) then fails it instead of lying."""
+    from prepline.data_access import open_location
+
+    loc = open_location(str(tmp_path))
+    with loc.parquet_writer("x.parquet", pa.schema([])) as sink:
+        sink.write(pa.table({"a": [1, 2, 3]}).drop_columns(["a"]))
+    assert sink.rows == pq.ParquetFile(tmp_path / "x.parquet").metadata.num_rows == 0
+    with loc.parquet_writer("y.parquet", pa.schema([("a", pa.int64())])) as sink:
+        sink.write(pa.table({"a": [1, 2, 3]}))
+        sink.write(pa.table({"a": [4]}))
+    assert sink.rows == pq.ParquetFile(tmp_path / "y.parquet").metadata.num_rows == 4
