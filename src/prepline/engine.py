@@ -157,8 +157,11 @@ def _run_phases(run: _Run, progress: ProgressFactory | None) -> None:
         run.startup, run.executor_stats = time.perf_counter() - run.t_start, executor.stats
         on_driver = make_executor(replace(run.options, runtime="local", workers=1))
         for phase in run.transform.phases() + [Phase(FINAL, "files", "transform")]:
+            if phase.name == FINAL and run.transform.phases():
+                _check_input_unchanged(run)  # the plan was made from the files as they were
             if not _run_phase(run, phase, on_driver if phase.on_driver else executor, progress):
                 return
+        _check_input_unchanged(run)
         run.complete = True
     except BaseException as e:  # noqa: BLE001 - recorded in metadata.json, raised again by _conclude
         run.fatal = as_error(e, run.out.uri)
@@ -168,6 +171,22 @@ def _run_phases(run: _Run, progress: ProgressFactory | None) -> None:
     finally:
         if executor is not None:
             executor.close()
+
+
+def _check_input_unchanged(run: _Run) -> None:
+    """Fail the run when an input file (not one that failed) was edited, replaced or removed while
+    the run read it: the phases would have mixed the old and the new content."""
+    if open_location(run.options.input).uri == run.inp.uri:  # a folder: one listing
+        now = {f.rel: [f.size, f.tag] for f in run.inp.list_files(run.transform.input_suffixes)}
+    else:  # a single file
+        now = {rel: [f.size, f.tag] for rel in run.inputs if (f := run.inp.file_info(rel)) is not None}
+    changed = sorted(rel for rel, was in run.inputs.items() if rel not in run.failures and now.get(rel) != list(was))
+    if changed:
+        raise InputError(
+            f"input file(s) changed while the run read them: {', '.join(changed[:5])}{' …' if len(changed) > 5 else ''} "
+            "(edited, replaced or removed): the output would mix old and new content",
+            "keep the input unchanged while a run reads it, then rerun with --overwrite",
+        )
 
 
 def as_error(e: BaseException, output: str = "") -> PreplineError:

@@ -221,7 +221,7 @@ def test_a_file_failing_after_the_plan_never_costs_documents_of_healthy_files(tm
         meta = run_transform(name, {"num_shards": 4}, opts).metadata
     except PreplineError as e:  # refused: the error names the file and says why it cannot be tolerated
         assert happened
-        assert "a.parquet" in e.message and "plan" in e.message, e.message
+        assert "a.parquet" in e.message and ("plan" in e.message or "changed while the run" in e.message), e.message
         assert e.fix
         meta = json.loads((out / "metadata.json").read_text())
         assert meta["status"] == "failed"
@@ -325,3 +325,47 @@ def test_fuzzy_dedup_removes_every_exact_duplicate_with_unique_ids(tmp_path, ver
     assert kept == 0, f"{kept} exact duplicates kept ({meta['totals']['removed']})"
     if verify == "jaccard":  # the texts share no shingle unless equal: nothing else is removed
         assert got == want
+
+
+def _rewrite_after_first_marker(monkeypatch, phase: str, path: Path, ids: list[int], texts: list[str]) -> list:
+    """Rewrite ``path`` (same size, other texts) when the first completion marker of ``phase`` is written."""
+    from prepline.context import MARKERS
+    from prepline.data_access import LocalLocation
+
+    done: list = []
+    write = LocalLocation.write_bytes
+
+    def hooked(self, rel, data):
+        write(self, rel, data)
+        if rel.startswith(f"{MARKERS}/{phase}/") and not done:
+            size = path.stat().st_size
+            _write_fixed(path, ids, texts)
+            assert path.stat().st_size == size
+            done.append(True)
+
+    monkeypatch.setattr(LocalLocation, "write_bytes", hooked)
+    return done
+
+
+@pytest.mark.parametrize("name, phase", [("exact_dedup", "reduce"), ("fuzzy_dedup", "buckets")])
+def test_an_input_file_edited_during_the_run_never_ends_in_success(tmp_path, monkeypatch, name, phase):
+    """The same same-size edit as above, but while the run is going: the plan was made from the old
+    file, the final map would read the new one."""
+    src, out = tmp_path / "in", tmp_path / "out"
+    b_ids, b_txt = _two_files(src)
+    new = list(b_txt)
+    new[0], new[len(new) // 2] = _text(10), _text(999_999)
+    happened = _rewrite_after_first_marker(monkeypatch, phase, src / "b.parquet", b_ids, new)
+    try:
+        meta = run_transform(name, {"num_shards": 4}, RunOptions(str(src), str(out), workers=1, progress=False)).metadata
+    except PreplineError as e:
+        assert happened and "b.parquet" in e.message and "changed" in e.message and "--overwrite" in e.fix
+        assert json.loads((out / "metadata.json").read_text())["status"] == "failed"
+    else:
+        assert happened
+        monkeypatch.undo()
+        ref = tmp_path / "ref"
+        run_transform(name, {"num_shards": 4}, RunOptions(str(src), str(ref), workers=1, progress=False))
+        want, got = _texts(ref), _texts(out)
+        lost, extra = sum((want - got).values()), sum((got - want).values())
+        assert (lost, extra) == (0, 0), f"edited during the run: {lost} texts lost, {extra} extra ({meta['status']})"
