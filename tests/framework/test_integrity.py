@@ -38,6 +38,18 @@ def _write_fixed(path: Path, ids: list[int], texts: list[str]) -> None:
     pq.write_table(table, path, compression="none", use_dictionary=False, write_statistics=False)
 
 
+def _rewrite_same_size(path: Path, ids: list[int], texts: list[str]) -> None:
+    """Rewrite ``path`` in place with other texts of the same lengths: same size, later mtime (a
+    file system with a coarse clock could give the rewrite its old time stamp within one tick;
+    a real edit comes later than that, so the test moves it on by 1 ms if it did)."""
+    before = path.stat()
+    _write_fixed(path, ids, texts)
+    after = path.stat()
+    assert after.st_size == before.st_size
+    if after.st_mtime_ns == before.st_mtime_ns:
+        os.utime(path, ns=(after.st_atime_ns, after.st_mtime_ns + 1_000_000))
+
+
 def _ids(folder: Path) -> Counter:
     """Every output document's id (a Counter: a duplicate shows as a count of 2)."""
     got: Counter = Counter()
@@ -84,12 +96,10 @@ def test_resume_after_same_size_edit_is_refused_not_mixed(tmp_path, name, phase)
 
     # b's first document (unique until now) becomes an equal-length copy of a's document 10; b's
     # copy of a's document 0 (row n // 2) becomes a new unique text: a same-size, in-place edit
-    size = (src / "b.parquet").stat().st_size
     b_txt = list(b_txt)
     b_txt[0] = _text(10)
     b_txt[len(b_txt) // 2] = _text(999_999)
-    _write_fixed(src / "b.parquet", b_ids, b_txt)
-    assert (src / "b.parquet").stat().st_size == size
+    _rewrite_same_size(src / "b.parquet", b_ids, b_txt)
 
     # what an uninterrupted run of the edited input gives
     ref = tmp_path / "ref"
@@ -338,9 +348,7 @@ def _rewrite_after_first_marker(monkeypatch, phase: str, path: Path, ids: list[i
     def hooked(self, rel, data):
         write(self, rel, data)
         if rel.startswith(f"{MARKERS}/{phase}/") and not done:
-            size = path.stat().st_size
-            _write_fixed(path, ids, texts)
-            assert path.stat().st_size == size
+            _rewrite_same_size(path, ids, texts)
             done.append(True)
 
     monkeypatch.setattr(LocalLocation, "write_bytes", hooked)
