@@ -91,7 +91,8 @@ class LocalLocation(Location):
                         continue
                     walk(e.path, r, seen | {ident})
                 elif e.is_file(follow_symlinks=True):
-                    out.append(FileInfo(r, e.stat().st_size))
+                    st = e.stat()
+                    out.append(FileInfo(r, st.st_size, _local_tag(st)))
 
         start = self.path(rel_prefix)
         try:
@@ -139,6 +140,13 @@ class LocalLocation(Location):
         p = self.path(rel)
         return os.path.getsize(p) if os.path.isfile(p) else None
 
+    def file_info(self, rel: str = "") -> FileInfo | None:
+        p = self.path(rel)
+        if not os.path.isfile(p):
+            return None
+        st = os.stat(p)
+        return FileInfo(rel or os.path.basename(self.root), st.st_size, _local_tag(st))
+
     def parent_and_name(self) -> tuple[Location, str]:
         return LocalLocation(os.path.dirname(self.root)), os.path.basename(self.root)
 
@@ -166,6 +174,11 @@ class LocalLocation(Location):
                 os.unlink(self.path(f.rel))
                 n += 1
         return n
+
+
+def _local_tag(st: os.stat_result) -> str:
+    """A local file's version: its modification time in ns (a rewrite changes it, a read does not)."""
+    return f"mtime_ns={st.st_mtime_ns}"
 
 
 def open_location(uri: str) -> Location:

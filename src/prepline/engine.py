@@ -46,10 +46,13 @@ ProgressFactory = Callable[[Tracker], Any]
 
 
 def fingerprint(transform: Transform, files: list[FileInfo], input_uri: str) -> str:
+    """The run's identity: transform, parameters, input, and each file's name, size and version tag
+    (local mtime, S3 ETag: :attr:`FileInfo.tag`), so that a file edited in place, even to the same
+    size, makes an unfinished run of the old file unresumable instead of mixing old and new data."""
     h = hashlib.sha256()
     h.update(json.dumps({"t": transform.name, "p": transform.config.to_dict(), "in": input_uri}, sort_keys=True, default=list).encode())
     for f in files:
-        h.update(f"{f.rel}\0{f.size}\n".encode())
+        h.update(f"{f.rel}\0{f.size}\0{f.tag}\n".encode())
     return h.hexdigest()[:16]
 
 
@@ -81,13 +84,13 @@ def open_input(uri: str, out: Location, suffixes: tuple[str, ...]) -> tuple[Loca
         )
     if inside(inp, out):
         raise ConfigError(f"input {inp.uri} is inside output {out.uri}", "choose an output folder that does not contain the input")
-    size = inp.file_size()
-    if size is None:
+    one = inp.file_info()
+    if one is None:
         return inp, list_input(inp, suffixes)
     parent, name = inp.parent_and_name()
     if not name.endswith(suffixes):
         raise InputError(f"input file {inp.uri} is not a {'/'.join(suffixes)} file", "pass a folder, or a file this transform reads")
-    return parent, [FileInfo(name, size)]
+    return parent, [FileInfo(name, one.size, one.tag)]
 
 
 @dataclass
@@ -101,6 +104,8 @@ class _Run:
     out: Location
     tasks: list[FileTask]
     fingerprint: str
+    #: rel -> [size, version tag] of every input file, kept in run.json to name what changed
+    inputs: dict[str, list]
     started: str
     t_start: float
     #: input files that failed (bad input, tolerated up to --max-failed-files)
@@ -152,8 +157,11 @@ def _run_phases(run: _Run, progress: ProgressFactory | None) -> None:
         run.startup, run.executor_stats = time.perf_counter() - run.t_start, executor.stats
         on_driver = make_executor(replace(run.options, runtime="local", workers=1))
         for phase in run.transform.phases() + [Phase(FINAL, "files", "transform")]:
+            if phase.name == FINAL and run.transform.phases():
+                _check_input_unchanged(run)  # the plan was made from the files as they were
             if not _run_phase(run, phase, on_driver if phase.on_driver else executor, progress):
                 return
+        _check_input_unchanged(run)
         run.complete = True
     except BaseException as e:  # noqa: BLE001 - recorded in metadata.json, raised again by _conclude
         run.fatal = as_error(e, run.out.uri)
@@ -163,6 +171,22 @@ def _run_phases(run: _Run, progress: ProgressFactory | None) -> None:
     finally:
         if executor is not None:
             executor.close()
+
+
+def _check_input_unchanged(run: _Run) -> None:
+    """Fail the run when an input file (not one that failed) was edited, replaced or removed while
+    the run read it: the phases would have mixed the old and the new content."""
+    if open_location(run.options.input).uri == run.inp.uri:  # a folder: one listing
+        now = {f.rel: [f.size, f.tag] for f in run.inp.list_files(run.transform.input_suffixes)}
+    else:  # a single file
+        now = {rel: [f.size, f.tag] for rel in run.inputs if (f := run.inp.file_info(rel)) is not None}
+    changed = sorted(rel for rel, was in run.inputs.items() if rel not in run.failures and now.get(rel) != list(was))
+    if changed:
+        raise InputError(
+            f"input file(s) changed while the run read them: {', '.join(changed[:5])}{' …' if len(changed) > 5 else ''} "
+            "(edited, replaced or removed): the output would mix old and new content",
+            "keep the input unchanged while a run reads it, then rerun with --overwrite",
+        )
 
 
 def as_error(e: BaseException, output: str = "") -> PreplineError:
@@ -187,7 +211,8 @@ def _open(name: str, params: dict | None, options: RunOptions) -> _Run:
     out = open_location(options.output)
     inp, files = open_input(options.input, out, transform.input_suffixes)
     tasks = [FileTask(inp.path(f.rel), f.rel, f.size) for f in files]
-    return _Run(name, transform, options, inp, out, tasks, fingerprint(transform, files, open_location(options.input).uri), started, t_start)
+    return _Run(name, transform, options, inp, out, tasks, fingerprint(transform, files, open_location(options.input).uri),
+                {f.rel: [f.size, f.tag] for f in files}, started, t_start)
 
 
 def _resume_or_refuse(run: _Run) -> RunResult | None:
@@ -204,6 +229,7 @@ def _resume_or_refuse(run: _Run) -> RunResult | None:
         _clear(out, WORK)  # what a run killed while cleaning up left behind
         return RunResult(prior, out.uri, resumed=True)
     if run_json is not None and run_json.get("fingerprint") != run.fingerprint:
+        _refuse_changed_input(run, run_json)
         raise OutputError(
             f"output {out.uri} holds an unfinished run with other input or parameters",
             "rerun with the same parameters to resume it, or pass --overwrite to start over",
@@ -211,6 +237,27 @@ def _resume_or_refuse(run: _Run) -> RunResult | None:
     if run_json is None and any(f.rel != LOCK for f in out.list_all()):
         raise OutputError(f"output folder {out.uri} is not empty", "choose an empty folder or pass --overwrite")
     return None
+
+
+def _refuse_changed_input(run: _Run, run_json: dict) -> None:
+    """An unfinished run of the same transform and parameters whose input files were edited, added
+    or removed since: name them (resuming would mix the old files' work with the new files')."""
+    then = run_json.get("inputs")
+    params = json.loads(json.dumps(run.transform.config.to_dict(), default=list))
+    if (not isinstance(then, dict) or run_json.get("transform") != run.name or run_json.get("parameters") != params
+            or run_json.get("input") != run.inp.uri):
+        return
+    changed = sorted(k for k in then.keys() & run.inputs.keys() if list(then[k]) != list(run.inputs[k]))
+    added, gone = sorted(run.inputs.keys() - then.keys()), sorted(then.keys() - run.inputs.keys())
+    if not (changed or added or gone):
+        return
+    what = "; ".join(f"{label} {', '.join(names[:5])}{' …' if len(names) > 5 else ''}"
+                     for label, names in (("changed:", changed), ("added:", added), ("removed:", gone)) if names)
+    raise OutputError(
+        f"output {run.out.uri} holds an unfinished run whose input files changed since it started ({what}): "
+        "resuming would mix work done on the old files with the new ones",
+        "restore the input files as they were to resume, or pass --overwrite to start over with the input as it is now",
+    )
 
 
 def _clear(out: Location, under: str = "") -> None:
@@ -233,7 +280,9 @@ def _start(run: _Run) -> None:
         run.out.clean_temp_files()
     _check_first_schema(run.transform, run.inp, run.tasks[0])
     try:
-        run.out.write_bytes(f"{WORK}/run.json", json.dumps({"fingerprint": run.fingerprint, "transform": run.name}).encode())
+        run.out.write_bytes(f"{WORK}/run.json", json.dumps({"fingerprint": run.fingerprint, "transform": run.name,
+                                                             "parameters": run.transform.config.to_dict(), "input": run.inp.uri,
+                                                             "inputs": run.inputs}, default=list).encode())
     except OSError as e:
         raise os_error(e, run.out.uri) from None
 
@@ -265,6 +314,7 @@ def _phase_items(run: _Run, phase: Phase, files: list[FileTask]) -> list[Any]:
 def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFactory | None) -> bool:
     """Run one phase's pending tasks (finished ones are read back from their markers). False: stop."""
     live = [t for t in run.tasks if t.rel not in run.failures]
+    first = (run.transform.phases() + [phase])[0].name  # a file may fail (tolerated) only before any phase used it
     state: dict = {}
     if phase.name == FINAL:
         plan = run.transform.plan(run.results, live)
@@ -286,9 +336,17 @@ def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFa
         run.lock.check()  # an S3 lease taken over by another run: stop before writing more
         if "error" in r:
             log.error("%s", r["error"])
-            if isinstance(item, FileTask) and r.get("kind") == "input":  # a bad input file: tolerated up to N
+            after_plan = phase.name != first and run.transform.plan_needs_every_file
+            if isinstance(item, FileTask) and r.get("kind") == "input" and not after_plan:  # a bad input file: tolerated up to N
                 run.failures[key] = {"phase": phase.name, **r}
                 return not run.too_many_failures
+            if isinstance(item, FileTask) and r.get("kind") == "input":
+                # an earlier phase read this file into the plan (its documents may be the kept copies of
+                # duplicates in other files): the plan no longer holds, so the run fails
+                r = {**r, "error": f"{key} failed in phase '{phase.name}' after its documents went into {run.name}'s plan "
+                                   f"(phase '{first}'), which now counts on them: {r['error']}",
+                     "fix": f"repair, restore or remove {key} (a file that fails after the plan cannot be tolerated, even with "
+                            f"--max-failed-files), then rerun; if you removed it, rerun with --overwrite"}
             run.fatal_task = {"phase": phase.name, "task": key, **r}  # never tolerated: a shard, a lost worker, the storage
             run.fatal = task_error(r)
             return False

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Iterator
 
 import pyarrow as pa
@@ -40,6 +40,10 @@ PARQUET_READ_OPTIONS = dict(page_checksum_verification=True, pre_buffer=False)
 class FileInfo:
     rel: str  # relative to the location's root, '/'-separated
     size: int
+    #: what identifies this version of the file beyond its size, from the listing itself ('' unknown):
+    #: locally the modification time in ns, on S3 the ETag (another store: its etag, generation or
+    #: mtime). A resume compares it, so a file edited in place (same size) is not taken for the old one.
+    tag: str = field(default="", compare=False)
 
 
 class StorageError(InputError):
@@ -91,6 +95,11 @@ class Location:
 
     def file_size(self, rel: str = "") -> int | None:
         """The size of the file at ``rel`` ('' the root itself), None when it is not a file."""
+        raise NotImplementedError
+
+    def file_info(self, rel: str = "") -> FileInfo | None:
+        """The file at ``rel`` ('' the root itself) with its size and :attr:`FileInfo.tag`, None
+        when it is not a file."""
         raise NotImplementedError
 
     def parent_and_name(self) -> tuple["Location", str]:
@@ -200,7 +209,13 @@ class ParquetSink:
         self.rows += table.num_rows
 
     def close(self) -> None:
-        (self._writer or self._open(None)).close()
+        writer = self._writer or self._open(None)
+        writer.close()
+        # the rows the file holds, from its footer as written (a table without columns writes none
+        # of its rows): counts are derived from what was written, not from what was handed over
+        written = getattr(getattr(writer, "writer", None), "metadata", None)
+        if written is not None:
+            self.rows = written.num_rows
 
     def abandon(self) -> None:
         with contextlib.suppress(Exception):

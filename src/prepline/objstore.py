@@ -258,6 +258,21 @@ def _translated(what: str, loc: "RemoteLocation") -> Iterator[None]:
 # -- locations ------------------------------------------------------------------------------------
 
 
+#: listing fields that identify an object's version, in order of preference: S3 (s3fs: ``ETag``, the same in a listing and a HEAD;
+#: ``VersionId``), GCS (gcsfs: ``generation``, ``md5Hash``), Azure (adlfs: ``etag``), the Hub (``blob_id``),
+#: and a modification time where nothing better is listed
+_TAG_FIELDS = ("ETag", "etag", "VersionId", "generation", "md5Hash", "blob_id", "LastModified", "last_modified", "mtime")
+
+
+def remote_tag(info: dict) -> str:
+    """What identifies an object's version in an fsspec listing entry ('' when nothing does)."""
+    for k in _TAG_FIELDS:
+        v = info.get(k)
+        if v not in (None, ""):
+            return f"{k}={str(v).strip(chr(34))}"
+    return ""
+
+
 class RemoteLocation(Location):
     """A prefix on an object store (or the Hugging Face Hub), through one fsspec filesystem."""
 
@@ -304,7 +319,7 @@ class RemoteLocation(Location):
                     raise
                 return []
         out = [
-            FileInfo(name[len(base) + 1 :], int(info.get("size") or 0))
+            FileInfo(name[len(base) + 1 :], int(info.get("size") or 0), remote_tag(info))
             for name, info in found.items()
             if info.get("type") != "directory" and name.startswith(base + "/") and not name.endswith("/")
         ]
@@ -322,6 +337,18 @@ class RemoteLocation(Location):
                     raise
                 return None
         return int(info["size"]) if info.get("type") == "file" else None
+
+    def file_info(self, rel: str = "") -> FileInfo | None:
+        with _translated(f"looking up {self.path(rel)}", self):
+            try:
+                info = self.fs.info(self._p(rel))
+            except FileNotFoundError as e:
+                if _not_found_bucket(e):
+                    raise
+                return None
+        if info.get("type") != "file":
+            return None
+        return FileInfo(rel or self.prefix.rpartition("/")[2], int(info["size"]), remote_tag(info))
 
     def parent_and_name(self) -> tuple[Location, str]:
         head, _, name = self.prefix.rpartition("/")

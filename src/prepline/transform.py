@@ -138,6 +138,10 @@ class Transform:
     #: Metrics) and the run report: keys of metadata.json's ``totals.counters`` (``fnmatch`` patterns,
     #: e.g. ``"pii_*"``), or ``removed.<reason>``, ``plan.<key>`` (:meth:`plan_summary`), ``finish.<key>``
     headline: ClassVar[tuple[str, ...]] = ()
+    #: True when the plan counts on every file that went into it reaching the output (dedup: a file
+    #: may hold the kept copies of other files' duplicates): a file that fails after the first phase
+    #: read it then fails the run, even under --max-failed-files
+    plan_needs_every_file: ClassVar[bool] = False
 
     def __init__(self, config: TransformConfig):
         if not isinstance(config, self.Config):
