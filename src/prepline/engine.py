@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
@@ -21,7 +22,7 @@ import pyarrow as pa
 
 from prepline import metadata, registry
 from prepline.context import FINAL, MARKERS, ONCE, WORK, PhaseContext, WorkerSpec
-from prepline.data_access import FileInfo, LocalLocation, Location, inside, open_location
+from prepline.data_access import FileInfo, LocalLocation, Location, RemoteLocation, inside, open_location
 from prepline.errors import (ConfigError, InputError, InternalError, Interrupted, OutputError, PreplineError, RunFailed,
                              ServiceError, ServiceUnavailable, os_error)
 from prepline.progress import Tracker
@@ -180,11 +181,27 @@ def as_error(e: BaseException, output: str = "") -> PreplineError:
     return err
 
 
+def check_output_path(raw: str, out: Location) -> None:
+    """Refuse an --output that can only be a mistake, before anything is written there: empty (an
+    unset shell variable: the current folder), the file system's root, a bucket's root."""
+    if not raw.strip():
+        raise ConfigError("--output is empty (it would be the current folder)",
+                          "pass the output folder (a new or empty one, or an earlier prepline output); an unset shell variable gives an empty value")
+    if isinstance(out, LocalLocation):
+        real = os.path.realpath(out.path())
+        if os.path.dirname(real) == real:
+            raise ConfigError(f"--output {raw!r} is the root of the file system ({real})",
+                              "pass a folder of its own for the output, e.g. /data/out (an unset shell variable in \"$OUT/\" gives /)")
+    elif isinstance(out, RemoteLocation) and not out.prefix:
+        raise ConfigError(f"--output {out.uri} is the root of a bucket", f"pass a folder of its own in the bucket, e.g. {out.uri}/<name>")
+
+
 def _open(name: str, params: dict | None, options: RunOptions) -> _Run:
     """Build the transform (parameters checked), check the paths and list the input."""
     t_start, started = time.perf_counter(), metadata.now_iso()
     transform = registry.build(name, params or {})
     out = open_location(options.output)
+    check_output_path(options.output, out)
     inp, files = open_input(options.input, out, transform.input_suffixes)
     tasks = [FileTask(inp.path(f.rel), f.rel, f.size) for f in files]
     return _Run(name, transform, options, inp, out, tasks, fingerprint(transform, files, open_location(options.input).uri), started, t_start)
@@ -195,6 +212,7 @@ def _resume_or_refuse(run: _Run) -> RunResult | None:
     input or parameters, or a folder holding something else: refused (unless --overwrite)."""
     out = run.out
     if run.options.overwrite:
+        _check_overwrite(out)
         _clear(out)
         return None
     prior = _read_json(out, "metadata.json")
@@ -211,6 +229,36 @@ def _resume_or_refuse(run: _Run) -> RunResult | None:
     if run_json is None and any(f.rel != LOCK for f in out.list_all()):
         raise OutputError(f"output folder {out.uri} is not empty", "choose an empty folder or pass --overwrite")
     return None
+
+
+#: how many of the files --overwrite would have deleted an error lists
+_SHOWN = 5
+
+
+def _is_prepline_output(out: Location, files: list[FileInfo]) -> bool:
+    """True when ``out`` holds a prepline run's own files: its work folder (run.json, completion
+    markers, work files, a lease) or a metadata.json that prepline wrote."""
+    if any(f.rel.startswith(WORK + "/") and f.rel != LOCK for f in files):
+        return True
+    if any(f.rel == "metadata.json" for f in files):
+        meta = _read_json(out, "metadata.json")
+        return isinstance(meta, dict) and "transform" in meta and "fingerprint" in meta
+    return False
+
+
+def _check_overwrite(out: Location) -> None:
+    """--overwrite deletes an earlier prepline output or an empty folder, nothing else: a folder of
+    other files (the current folder of an unset variable, a bucket's other objects) is refused with
+    the list of what would have been deleted."""
+    files = [f for f in out.list_all() if f.rel != LOCK]
+    if not files or _is_prepline_output(out, files):
+        return
+    shown = ", ".join(f.rel for f in files[:_SHOWN]) + (f", ... ({len(files) - _SHOWN} more)" if len(files) > _SHOWN else "")
+    raise OutputError(
+        f"output {out.uri} is not a prepline output (no metadata.json or {WORK}/ of a run): --overwrite would delete "
+        f"{len(files)} file(s) that prepline did not write: {shown}",
+        "choose a new or empty --output folder (or one an earlier prepline run wrote); delete those files yourself if they are yours to lose",
+    )
 
 
 def _clear(out: Location, under: str = "") -> None:
