@@ -120,7 +120,7 @@ class _Run:
     executor_stats: dict = field(default_factory=dict)
 
     def spec(self, phase: str, state: dict | None = None) -> WorkerSpec:
-        return WorkerSpec(self.name, self.transform.config.to_dict(), self.inp.uri, self.out.uri, phase, state or {})
+        return WorkerSpec(self.name, self.transform.config.to_dict(), self.inp.uri, self.out.uri, phase, state or {}, self.out.fence)
 
     @property
     def too_many_failures(self) -> bool:
@@ -137,6 +137,7 @@ def run_transform(name: str, params: dict | None, options: RunOptions, progress:
     run = _open(name, params, options)
     with output_lock(run.out) as lock:
         run.lock = lock
+        run.out.fence = lock.fence()  # every write of this run (driver and workers) checks the lock first
         done = _resume_or_refuse(run)
         if done is not None:
             return done

@@ -333,9 +333,12 @@ class RemoteLocation(Location):
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         with _translated(f"writing {self.path(rel)}", self):
+            self.check_fence()
             self.fs.pipe_file(self._p(rel), bytes(data))
 
     def delete(self, rel_prefix: str = "") -> None:
+        with _translated(f"deleting {self.path(rel_prefix)}", self):
+            self.check_fence()
         keys = [self._p(f.rel) for f in self.list_all(rel_prefix)]
         if rel_prefix.strip("/") and self.file_size(rel_prefix) is not None:
             keys.insert(0, self._p(rel_prefix))  # a single object at exactly that name
@@ -360,6 +363,8 @@ class RemoteLocation(Location):
             f = self.fs.open(self._p(rel), "wb")
         try:
             yield f
+            with _translated(what, self):
+                self.check_fence()  # before the upload is completed: a run that lost its output discards it
         except BaseException:
             with contextlib.suppress(Exception):
                 f.discard()  # S3: aborts the multipart upload; nothing becomes visible
