@@ -24,7 +24,7 @@ from prepline import metadata, registry
 from prepline.context import FINAL, MARKERS, ONCE, WORK, PhaseContext, WorkerSpec
 from prepline.data_access import FileInfo, LocalLocation, Location, RemoteLocation, inside, open_location
 from prepline.errors import (ConfigError, InputError, InternalError, Interrupted, OutputError, PreplineError, RunFailed,
-                             ServiceError, ServiceUnavailable, os_error)
+                             ServiceError, ServiceUnavailable, os_error, user_mistake)
 from prepline.progress import Tracker
 from prepline.runtime import Executor, RunOptions, make_executor
 from prepline.runtime.lock import LOCK, OutputLock, output_lock
@@ -173,6 +173,8 @@ def as_error(e: BaseException, output: str = "") -> PreplineError:
         return e
     if isinstance(e, KeyboardInterrupt):
         err: PreplineError = Interrupted("interrupted (Ctrl-C)", "rerun the same command to resume")
+    elif (u := user_mistake(e)) is not None:
+        err = u
     elif isinstance(e, OSError) and e.errno is not None:
         err = os_error(e, output)
     else:
@@ -360,7 +362,7 @@ def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFa
 
 #: a task result's kind -> the error it stops the run with
 _KINDS: dict[str, type[PreplineError]] = {"input": InputError, "transient": ServiceUnavailable, "service": ServiceError,
-                                          "output": OutputError, "internal": InternalError}
+                                          "output": OutputError, "internal": InternalError, "usage": ConfigError}
 
 
 def task_error(r: dict) -> PreplineError:
