@@ -348,8 +348,8 @@ class S3Lease(OutputLock):
 
     def check(self) -> None:
         if self.lost:
-            raise OutputLocked(f"{self.lost}: this run stops before writing more",
-                               "do not run two writers on one output; rerun when the other run is done")
+            raise OutputLocked(f"output {self.uri}: this run no longer holds its lock ({self.lost}); it stops without writing more",
+                               _LOST_FIX)
 
     def release(self) -> None:
         self._stop.set()
