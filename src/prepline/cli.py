@@ -123,6 +123,10 @@ def _prestart_pool(name: str, argv: list[str]) -> None:
         check_workers(int(known.workers), "local", known.workers_over_cpus)
     except ConfigError:
         return
+    import importlib.util
+
+    if not name.isidentifier() or name.startswith("_") or importlib.util.find_spec(f"prepline.transforms.{name}") is None:
+        return  # not a built-in transform (a plug-in, or a typo the run reports): its pool starts after the checks
     inp = known.input
     if scheme_of(inp) is not None:
         return  # a remote input is checked by the run (a request, with its credentials), before its pool starts

@@ -71,15 +71,15 @@ SPY = textwrap.dedent("""
         started.append(size)
         return original(size, *a, **k)
     procs.new_pool = spy
-    code = cli.main(["run", "doc_id", *sys.argv[1:]])
+    code = cli.main(["run", *sys.argv[1:]])
     print(json.dumps({"code": code, "started": started, "children": [p.pid for p in mp.active_children()]}))
 """)
 
 
-def _spy_run(*args: str, env: dict | None = None) -> tuple[dict, str]:
+def _spy_run(*args: str, env: dict | None = None, transform: str = "doc_id") -> tuple[dict, str]:
     import os
 
-    r = subprocess.run([sys.executable, "-c", SPY, *args], capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+    r = subprocess.run([sys.executable, "-c", SPY, transform, *args], capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
     return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
 
 
@@ -103,6 +103,9 @@ def test_workers_are_bounded_by_cpus_and_checked_with_the_input_before_any_proce
     # the environment variable is the same override
     got, err = _spy_run("--input", missing, "--output", out, "--workers", str(cpus + 1), env={"PREPLINE_WORKERS_OVER_CPUS": "1"})
     assert got["code"] == 6 and got["started"] == [], err
+    # an unknown transform: the usage error, and no process either
+    got, err = _spy_run("--input", str(tmp_path), "--output", out, "--workers", "2", "--workers-over-cpus", transform="nope")
+    assert got == {"code": 2, "started": [], "children": []}, err
     # a good command still prestarts its pool (the run takes it)
     src = make_corpus(tmp_path / "in", files=3)
     got, err = _spy_run("--input", str(src), "--output", out, "--workers", "2", "--workers-over-cpus", "--no-progress")
