@@ -27,6 +27,10 @@ SCRIPT = textwrap.dedent("""
 
     src, out = sys.argv[1], sys.argv[2]
     codes = [cli.main(["run", "doc_id", "--input", src, "--output", out, "--workers", "2", "--no-progress"]) for _ in range(2)]
+    import time
+    deadline = time.time() + 30  # killed processes are gone a moment later (a loaded machine schedules them late)
+    while mp.active_children() and time.time() < deadline:
+        time.sleep(0.05)
     print(json.dumps({"codes": codes, "taken": taken, "left": procs._early is not None,
                       "children": [p.pid for p in mp.active_children()]}))
 """)
@@ -72,6 +76,10 @@ SPY = textwrap.dedent("""
         return original(size, *a, **k)
     procs.new_pool = spy
     code = cli.main(["run", *sys.argv[1:]])
+    import time
+    deadline = time.time() + 30
+    while mp.active_children() and time.time() < deadline:
+        time.sleep(0.05)
     print(json.dumps({"code": code, "started": started, "children": [p.pid for p in mp.active_children()]}))
 """)
 
