@@ -74,6 +74,8 @@ def list_input(inp: Location, suffixes: tuple[str, ...] = (".parquet",)) -> list
 
 def open_input(uri: str, out: Location, suffixes: tuple[str, ...]) -> tuple[Location, list[FileInfo]]:
     """The input root and its files: a folder, or a single file (its folder and its name)."""
+    if not uri.strip():
+        raise ConfigError("--input is empty (it would be the current folder)", "pass the input folder, file or s3:// URI; an unset shell variable gives an empty value")
     inp = open_location(uri)
     if inside(out, inp):
         raise ConfigError(

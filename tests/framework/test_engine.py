@@ -186,6 +186,8 @@ def test_output_that_can_only_be_a_mistake_is_refused_before_anything_is_written
         with pytest.raises(ConfigError, match="--output is empty") as e:
             run_transform("doc_id", {}, RunOptions(str(corpus), empty, overwrite=True))
         assert e.value.fix
+    with pytest.raises(ConfigError, match="--input is empty"):
+        run_transform("doc_id", {}, RunOptions("", str(tmp_path / "o"), overwrite=True))
     assert sorted(p.name for p in here.iterdir()) == ["notes.txt"]
     with pytest.raises(ConfigError, match="root of the file system"):  # (no --overwrite here: today's code would try it)
         run_transform("doc_id", {}, RunOptions(str(corpus), "/"))
