@@ -55,7 +55,7 @@ from prepline.sharded import parquet_files
 from prepline.tokens.indexed import bin_name, document_stream, idx_name, index_bytes, token_dtype
 from prepline.tokens.rank_bpe import RankBPE, rank_bpe
 from prepline.tokens.output import TOKENS_DIR, Source, list_parts, part_dir, part_name, write_tokens_dir
-from prepline.tokens.tokenizer import (TOKENIZER_FILE, LoadedTokenizer, build_tokenizer, no_text, prefix_within,
+from prepline.tokens.tokenizer import (TOKENIZER_FILE, LoadedTokenizer, build_tokenizer, check_tokenizer, no_text, prefix_within,
                                        sample_streamed, texts_in_batches, train_bpe)
 from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform
 
@@ -290,6 +290,9 @@ class Tokenization(Transform):
     def check_on_driver(self, schema: pa.Schema, where: str) -> None:
         if not self._trained():  # a missing or broken tokenizer fails before any data is read
             build_tokenizer(self.config.tokenizer, self.config.eos_token)
+
+    def check_resources(self) -> None:
+        check_tokenizer(self.config.tokenizer, self.config.eos_token)  # ('' and run:<stage> pass: made by the run)
 
     # pre-phases (tokenizer='' only) ------------------------------------------------------------
     def phases(self) -> list[Phase]:

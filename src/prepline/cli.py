@@ -48,7 +48,10 @@ def _run_parser(transform: str | None) -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help="input folder or s3://bucket/prefix")
     p.add_argument("--output", required=True, help="output folder (mirrors the input tree) + metadata.json")
     p.add_argument("--runtime", choices=("local", "ray"), default="local", help="local processes or a Ray cluster (default: local)")
-    p.add_argument("--workers", type=int, default=0, help="parallel workers (default 0: one per CPU)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="parallel workers (default 0: one per CPU); a local run takes at most one per usable CPU")
+    p.add_argument("--workers-over-cpus", action="store_true",
+                   help="allow a local run more workers than CPUs, up to 8 per CPU (also PREPLINE_WORKERS_OVER_CPUS=1)")
     p.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs each Ray worker reserves (default 1)")
     p.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
     p.add_argument("--max-failed-files", type=int, default=0,
@@ -95,13 +98,42 @@ def params_from_args(args: argparse.Namespace, config: type) -> dict[str, Any]:
 
 def _prestart_pool(name: str, argv: list[str]) -> None:
     """A local run on several workers: start the pool's processes before the driver imports pyarrow
-    and the transform, so their start-up overlaps it (prepline.runtime.procs)."""
+    and the transform, so their start-up overlaps it (prepline.runtime.procs). Only for a command
+    that will run: a valid --workers within the CPU bound, a local input that exists, an --output
+    given; anything else starts no process here (the run's own checks then report it, and a run
+    that gets that far starts its pool after them)."""
+    import os
+
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--runtime", default="local")
     pre.add_argument("--workers", default="0")
+    pre.add_argument("--workers-over-cpus", action="store_true")
+    pre.add_argument("--input", default=None)
+    pre.add_argument("--output", default=None)
     pre.add_argument("-h", "--help", action="store_true")
-    known, _ = pre.parse_known_args(argv)
-    if known.help or known.runtime != "local" or not known.workers.isdigit():
+    try:
+        known, _ = pre.parse_known_args(argv)
+    except SystemExit:  # a malformed command: the real parser says what is wrong
+        return
+    if known.help or known.runtime != "local" or not known.workers.isdigit() or not known.input or not (known.output or "").strip():
+        return
+    from prepline.data_access import scheme_of
+    from prepline.runtime.options import check_workers
+
+    try:
+        check_workers(int(known.workers), "local", known.workers_over_cpus)
+    except ConfigError:
+        return
+    import importlib.util
+
+    if not name.isidentifier() or name.startswith("_") or importlib.util.find_spec(f"prepline.transforms.{name}") is None:
+        return  # not a built-in transform (a plug-in, or a typo the run reports): its pool starts after the checks
+    inp = known.input
+    if scheme_of(inp) is not None:
+        return  # a remote input is checked by the run (a request, with its credentials), before its pool starts
+    if inp.lower().startswith("file://"):
+        inp = inp[len("file://"):]
+    if not os.path.exists(os.path.expanduser(inp)):
         return
     from prepline.runtime.procs import prestart
 
@@ -145,6 +177,7 @@ def _cmd_run(argv: list[str]) -> int:
         task_retries=args.task_retries,
         overwrite=args.overwrite,
         progress=not args.no_progress,
+        workers_over_cpus=args.workers_over_cpus,
     )
     from prepline.progress import Progress
     from prepline.tables import print_summary

@@ -122,6 +122,7 @@ class LocalLocation(Location):
         try:
             with open(tmp, "wb") as f:
                 yield f
+            self.check_fence()
             os.replace(tmp, self.path(rel))
         finally:
             if os.path.exists(tmp):
@@ -153,6 +154,7 @@ class LocalLocation(Location):
     def delete(self, rel_prefix: str = "") -> None:
         import shutil
 
+        self.check_fence()
         p = self.path(rel_prefix)
         if os.path.islink(p) and os.path.isdir(p):
             # a linked folder (e.g. an output on another disk): empty it, keep the link

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
@@ -21,9 +22,9 @@ import pyarrow as pa
 
 from prepline import metadata, registry
 from prepline.context import FINAL, MARKERS, ONCE, WORK, PhaseContext, WorkerSpec
-from prepline.data_access import FileInfo, LocalLocation, Location, inside, open_location
+from prepline.data_access import FileInfo, LocalLocation, Location, RemoteLocation, inside, open_location
 from prepline.errors import (ConfigError, InputError, InternalError, Interrupted, OutputError, PreplineError, RunFailed,
-                             ServiceError, ServiceUnavailable, os_error)
+                             ServiceError, ServiceUnavailable, os_error, user_mistake)
 from prepline.progress import Tracker
 from prepline.runtime import Executor, RunOptions, make_executor
 from prepline.runtime.lock import LOCK, OutputLock, output_lock
@@ -76,6 +77,8 @@ def list_input(inp: Location, suffixes: tuple[str, ...] = (".parquet",)) -> list
 
 def open_input(uri: str, out: Location, suffixes: tuple[str, ...]) -> tuple[Location, list[FileInfo]]:
     """The input root and its files: a folder, or a single file (its folder and its name)."""
+    if not uri.strip():
+        raise ConfigError("--input is empty (it would be the current folder)", "pass the input folder, file or s3:// URI; an unset shell variable gives an empty value")
     inp = open_location(uri)
     if inside(out, inp):
         raise ConfigError(
@@ -124,7 +127,7 @@ class _Run:
     executor_stats: dict = field(default_factory=dict)
 
     def spec(self, phase: str, state: dict | None = None) -> WorkerSpec:
-        return WorkerSpec(self.name, self.transform.config.to_dict(), self.inp.uri, self.out.uri, phase, state or {})
+        return WorkerSpec(self.name, self.transform.config.to_dict(), self.inp.uri, self.out.uri, phase, state or {}, self.out.fence)
 
     @property
     def too_many_failures(self) -> bool:
@@ -141,6 +144,7 @@ def run_transform(name: str, params: dict | None, options: RunOptions, progress:
     run = _open(name, params, options)
     with output_lock(run.out) as lock:
         run.lock = lock
+        run.out.fence = lock.fence()  # every write of this run (driver and workers) checks the lock first
         done = _resume_or_refuse(run)
         if done is not None:
             return done
@@ -195,6 +199,8 @@ def as_error(e: BaseException, output: str = "") -> PreplineError:
         return e
     if isinstance(e, KeyboardInterrupt):
         err: PreplineError = Interrupted("interrupted (Ctrl-C)", "rerun the same command to resume")
+    elif (u := user_mistake(e)) is not None:
+        err = u
     elif isinstance(e, OSError) and e.errno is not None:
         err = os_error(e, output)
     else:
@@ -204,11 +210,27 @@ def as_error(e: BaseException, output: str = "") -> PreplineError:
     return err
 
 
+def check_output_path(raw: str, out: Location) -> None:
+    """Refuse an --output that can only be a mistake, before anything is written there: empty (an
+    unset shell variable: the current folder), the file system's root, a bucket's root."""
+    if not raw.strip():
+        raise ConfigError("--output is empty (it would be the current folder)",
+                          "pass the output folder (a new or empty one, or an earlier prepline output); an unset shell variable gives an empty value")
+    if isinstance(out, LocalLocation):
+        real = os.path.realpath(out.path())
+        if os.path.dirname(real) == real:
+            raise ConfigError(f"--output {raw!r} is the root of the file system ({real})",
+                              "pass a folder of its own for the output, e.g. /data/out (an unset shell variable in \"$OUT/\" gives /)")
+    elif isinstance(out, RemoteLocation) and not out.prefix:
+        raise ConfigError(f"--output {out.uri} is the root of a bucket", f"pass a folder of its own in the bucket, e.g. {out.uri}/<name>")
+
+
 def _open(name: str, params: dict | None, options: RunOptions) -> _Run:
     """Build the transform (parameters checked), check the paths and list the input."""
     t_start, started = time.perf_counter(), metadata.now_iso()
     transform = registry.build(name, params or {})
     out = open_location(options.output)
+    check_output_path(options.output, out)
     inp, files = open_input(options.input, out, transform.input_suffixes)
     tasks = [FileTask(inp.path(f.rel), f.rel, f.size) for f in files]
     return _Run(name, transform, options, inp, out, tasks, fingerprint(transform, files, open_location(options.input).uri),
@@ -220,6 +242,7 @@ def _resume_or_refuse(run: _Run) -> RunResult | None:
     input or parameters, or a folder holding something else: refused (unless --overwrite)."""
     out = run.out
     if run.options.overwrite:
+        _check_overwrite(out)
         _clear(out)
         return None
     prior = _read_json(out, "metadata.json")
@@ -257,6 +280,36 @@ def _refuse_changed_input(run: _Run, run_json: dict) -> None:
         f"output {run.out.uri} holds an unfinished run whose input files changed since it started ({what}): "
         "resuming would mix work done on the old files with the new ones",
         "restore the input files as they were to resume, or pass --overwrite to start over with the input as it is now",
+    )
+
+
+#: how many of the files --overwrite would have deleted an error lists
+_SHOWN = 5
+
+
+def _is_prepline_output(out: Location, files: list[FileInfo]) -> bool:
+    """True when ``out`` holds a prepline run's own files: its work folder (run.json, completion
+    markers, work files, a lease) or a metadata.json that prepline wrote."""
+    if any(f.rel.startswith(WORK + "/") and f.rel != LOCK for f in files):
+        return True
+    if any(f.rel == "metadata.json" for f in files):
+        meta = _read_json(out, "metadata.json")
+        return isinstance(meta, dict) and "transform" in meta and "fingerprint" in meta
+    return False
+
+
+def _check_overwrite(out: Location) -> None:
+    """--overwrite deletes an earlier prepline output or an empty folder, nothing else: a folder of
+    other files (the current folder of an unset variable, a bucket's other objects) is refused with
+    the list of what would have been deleted."""
+    files = [f for f in out.list_all() if f.rel != LOCK]
+    if not files or _is_prepline_output(out, files):
+        return
+    shown = ", ".join(f.rel for f in files[:_SHOWN]) + (f", ... ({len(files) - _SHOWN} more)" if len(files) > _SHOWN else "")
+    raise OutputError(
+        f"output {out.uri} is not a prepline output (no metadata.json or {WORK}/ of a run): --overwrite would delete "
+        f"{len(files)} file(s) that prepline did not write: {shown}",
+        "choose a new or empty --output folder (or one an earlier prepline run wrote); delete those files yourself if they are yours to lose",
     )
 
 
@@ -369,7 +422,7 @@ def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFa
 
 #: a task result's kind -> the error it stops the run with
 _KINDS: dict[str, type[PreplineError]] = {"input": InputError, "transient": ServiceUnavailable, "service": ServiceError,
-                                          "output": OutputError, "internal": InternalError}
+                                          "output": OutputError, "internal": InternalError, "usage": ConfigError}
 
 
 def task_error(r: dict) -> PreplineError:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 from dataclasses import dataclass, field
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -77,6 +77,14 @@ class Location:
     """A folder, local or remote. Use :func:`prepline.data_access.open_location`."""
 
     uri: str
+    #: a run's fencing (:class:`prepline.runtime.lock.Fence`): called right before every write is
+    #: committed and every delete; raises when the run no longer holds its output's lock, so a run
+    #: that lost it (paused past its lease, taken over) never writes into the output again
+    fence: Callable[[], None] | None = None
+
+    def check_fence(self) -> None:
+        if self.fence is not None:
+            self.fence()
 
     def path(self, rel: str = "") -> str:
         raise NotImplementedError
@@ -118,8 +126,10 @@ class Location:
         raise NotImplementedError
 
     def sub(self, rel: str) -> "Location":
-        """The folder ``rel`` below this one, as a location of the same kind."""
-        return self.at(self.path(rel))
+        """The folder ``rel`` below this one, as a location of the same kind (and the same fence)."""
+        loc = self.at(self.path(rel))
+        loc.fence = self.fence
+        return loc
 
     def at(self, uri: str) -> "Location":
         """A location of the same kind (and settings) rooted at ``uri``."""

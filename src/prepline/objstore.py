@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
+import re
 import socket
 from dataclasses import dataclass
 from typing import IO, Iterator
@@ -74,6 +76,11 @@ class S3Settings:
             raise ConfigError("PREPLINE_S3_MAX_ATTEMPTS and _CALL_RETRIES must be >= 1, timeouts > 0", "fix the environment variable")
         if not 5 <= s.part_mb <= 5120:
             raise ConfigError(f"PREPLINE_S3_PART_MB={s.part_mb}: S3 parts are 5 MiB to 5 GiB", "set it between 5 and 5120")
+        if endpoint and not re.match(r"^https?://[^/\s]+", endpoint, re.IGNORECASE):
+            var = next(k for k in ("PREPLINE_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") if env.get(k) == endpoint)
+            raise ConfigError(f"{var}={endpoint!r} is not a URL (no http:// or https://)",
+                              f"set {var}=http://{endpoint.split('://')[-1]} (or https://...)")
+        _check_profile(env.get("AWS_PROFILE") or "", env.get("AWS_CONFIG_FILE") or "", env.get("AWS_SHARED_CREDENTIALS_FILE") or "")
         return s
 
     def botocore_config(self) -> dict:
@@ -85,6 +92,41 @@ class S3Settings:
         if self.endpoint:  # MinIO, Ceph, moto: path-style addressing
             cfg["s3"] = {"addressing_style": "path"}
         return cfg
+
+
+@functools.lru_cache(maxsize=16)
+def _check_profile(profile: str, config_file: str, credentials_file: str) -> None:
+    """AWS_PROFILE must name a profile of the AWS config or credentials file (botocore would raise
+    ProfileNotFound at the first request)."""
+    if not profile:
+        return
+    import botocore.session
+
+    try:
+        known = botocore.session.Session().available_profiles
+    except Exception:  # noqa: BLE001 - an unreadable config file: botocore says so at the request
+        return
+    if profile not in known:
+        raise ConfigError(f"AWS_PROFILE={profile!r} is not a profile of the AWS config or credentials files"
+                          f" (profiles: {', '.join(sorted(known)) or 'none'})",
+                          "set AWS_PROFILE to one of them, or unset it and pass AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY")
+
+
+#: S3 bucket names (docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html): 3-63 characters,
+#: lowercase letters, digits, dots and hyphens, a letter or digit at each end, no '..', not an IP address
+_BUCKET_AWS = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+#: what botocore accepts at all (older, looser names that S3-compatible stores may still serve)
+_BUCKET_ANY = re.compile(r"^[A-Za-z0-9._-]{1,255}$")
+
+
+def check_bucket(bucket: str, uri: str, endpoint: str | None) -> None:
+    """A ConfigError for a bucket name S3 cannot have: AWS's rules when no endpoint is set, else the
+    looser names botocore sends (other stores answer for themselves)."""
+    fix = "bucket names are 3-63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit"
+    if not _BUCKET_ANY.match(bucket):
+        raise ConfigError(f"'{uri}': {bucket!r} is not a valid S3 bucket name", fix)
+    if endpoint is None and (not _BUCKET_AWS.match(bucket) or ".." in bucket or re.match(r"^\d+\.\d+\.\d+\.\d+$", bucket)):
+        raise ConfigError(f"'{uri}': {bucket!r} is not a valid S3 bucket name", fix)
 
 
 def _num(name: str, default, kind):
@@ -212,6 +254,9 @@ def translate(exc: BaseException, what: str, loc: "RemoteLocation") -> BaseExcep
     """A storage library's exception as prepline's: transient, missing bucket, denied, missing file."""
     if isinstance(exc, (TransientStorageError, StorageDenied, InputError, ConfigError)):
         return exc
+    user = _user_mistake(exc, loc)
+    if user is not None:
+        return user
     cause = transient_cause(exc)
     if cause is not None:
         return TransientStorageError(
@@ -231,6 +276,18 @@ def translate(exc: BaseException, what: str, loc: "RemoteLocation") -> BaseExcep
     if isinstance(exc, FileNotFoundError):
         return FileNotFoundError(what)
     return exc
+
+
+def _user_mistake(exc: BaseException, loc: "RemoteLocation") -> ConfigError | None:
+    """What the user typed or set, refused by botocore or the store: a usage error, not a bug."""
+    for e in _chain(exc):
+        name = type(e).__name__
+        if name == "ProfileNotFound":
+            return ConfigError(f"{_first_line(e)} (AWS_PROFILE)", "set AWS_PROFILE to a profile of ~/.aws/config, or unset it")
+        if name == "ParamValidationError" or _error_code(e)[0] in ("InvalidBucketName", "InvalidURI"):
+            return ConfigError(f"{loc.uri}: {' '.join(str(e).split())[:300]}",
+                               "bucket names are 3-63 lowercase letters, digits, dots and hyphens; check the URI")
+    return None
 
 
 def _endpoint(loc: "RemoteLocation") -> str:
@@ -360,9 +417,12 @@ class RemoteLocation(Location):
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         with _translated(f"writing {self.path(rel)}", self):
+            self.check_fence()
             self.fs.pipe_file(self._p(rel), bytes(data))
 
     def delete(self, rel_prefix: str = "") -> None:
+        with _translated(f"deleting {self.path(rel_prefix)}", self):
+            self.check_fence()
         keys = [self._p(f.rel) for f in self.list_all(rel_prefix)]
         if rel_prefix.strip("/") and self.file_size(rel_prefix) is not None:
             keys.insert(0, self._p(rel_prefix))  # a single object at exactly that name
@@ -387,6 +447,8 @@ class RemoteLocation(Location):
             f = self.fs.open(self._p(rel), "wb")
         try:
             yield f
+            with _translated(what, self):
+                self.check_fence()  # before the upload is completed: a run that lost its output discards it
         except BaseException:
             with contextlib.suppress(Exception):
                 f.discard()  # S3: aborts the multipart upload; nothing becomes visible
@@ -443,7 +505,11 @@ class S3Location(RemoteLocation):
     """``s3://bucket/prefix``: endpoint, credentials, timeouts and retries from the environment."""
 
     def __init__(self, uri: str):
-        super().__init__("s3://" + uri.split("://", 1)[1], "s3")
+        rest = uri.split("://", 1)[1]
+        bucket = rest.partition("/")[0]
+        if bucket:
+            check_bucket(bucket, uri, S3Settings.from_env().endpoint)
+        super().__init__("s3://" + rest, "s3")
 
     def at(self, uri: str) -> "S3Location":
         return S3Location(uri)

@@ -186,6 +186,12 @@ class Transform:
     def check_on_driver(self, schema: pa.Schema, where: str) -> None:
         """Extra checks run once on the driver with the first file's schema (e.g. compile SQL)."""
 
+    def check_resources(self) -> None:
+        """Quick checks (about a second, no input data read) that what the parameters name exists and
+        loads: a tokenizer, a model file. The pipeline's plan step runs it for every stage before the
+        first one starts, so a wrong path fails the run at once instead of when its stage is reached;
+        raise a ConfigError with the fix."""
+
     # -- global transforms -----------------------------------------------------------------
     def phases(self) -> list[Phase]:
         return []

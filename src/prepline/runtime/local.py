@@ -24,6 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from prepline.context import WorkerSpec
 from prepline.progress import Report
 from prepline.runtime.dispatch import OnResult, WorkerLost, dispatch
+from prepline.runtime.options import usable_cpus
 from prepline.runtime.procs import kill_pool, new_pool, send, take_prestarted
 from prepline.worker import Worker
 
@@ -266,7 +267,7 @@ class _DriverAndPool:
 
 class LocalExecutor:
     def __init__(self, workers: int = 0, task_retries: int = 2):
-        self.workers = workers or os.cpu_count() or 1
+        self.workers = workers or usable_cpus()
         #: processes of the pool (the driver's process is the other worker)
         self.pool_size = self.workers - 1
         self.task_retries = task_retries
