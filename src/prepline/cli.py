@@ -24,15 +24,20 @@ def _console(stderr: bool = False):
 
 
 def _add_param_options(parser: argparse.ArgumentParser, params: list[ParamInfo]) -> None:
+    """One option per parameter: a boolean takes the bare flag (``--split``) or a value
+    (``--split false``); a list repeats the option; the help names the allowed choices."""
     group = parser.add_argument_group("transform parameters")
     for p in params:
         flag = "--" + p.name.replace("_", "-")
         default = list(p.default) if p.type is list else p.default
-        helptext = f"{p.help} (default: {json.dumps(default)})"
+        choices = f"; one of: {', '.join(map(str, p.choices))}" if p.choices else ""
+        helptext = f"{p.help} (default: {json.dumps(default)}{choices})"
         if p.type is list:
-            group.add_argument(flag, dest=p.name, action="append", metavar="VALUE", help=helptext + "; repeat for several")
+            group.add_argument(flag, dest=p.name, action="append", metavar="VALUE",
+                               help=helptext + f"; repeat for several: {flag} a {flag} b, or one JSON list: {flag} '[\"a\", \"b\"]'")
         elif p.type is bool:
-            group.add_argument(flag, dest=p.name, metavar="true|false", help=helptext)
+            group.add_argument(flag, dest=p.name, nargs="?", const="true", metavar="true|false",
+                               help=helptext + f"; {flag} alone means true")
         else:
             group.add_argument(flag, dest=p.name, metavar=p.type_name.upper(), choices=p.choices, help=helptext)
 
@@ -87,6 +92,8 @@ def params_from_args(args: argparse.Namespace, config: type) -> dict[str, Any]:
     params: dict[str, Any] = parse_json("--params", args.params, {}) if args.params else {}
     for p in config.params():
         v = getattr(args, p.name, None)
+        if p.type is list and isinstance(v, list) and len(v) == 1 and v[0].strip().startswith("["):
+            v = v[0]  # one JSON list: parsed by the config
         if v is not None:
             params[p.name] = v
     return params
