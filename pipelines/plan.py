@@ -28,7 +28,7 @@ from typing import Any
 from prepline import registry
 from prepline.errors import ConfigError
 from prepline.pipelines.spec import INGEST, OTHER, SPLIT, PipelineSpec, StageSpec
-from prepline.stage_params import deep_merge
+from prepline.stage_params import ALLOW_EMPTY, allow_empty, deep_merge
 
 PLAN_FILE = "plan.json"
 PLAN_VERSION = 1
@@ -171,7 +171,8 @@ def make_plan(spec: PipelineSpec, *, input_path: str, work_root: str, run_id: st
         out = stage_output(work_root, run_id, st.name, branch)
         entries.append(_entry(st.name, branch, True, input=src, output=out,
                               params=stage_params(st, branch, text_column, overrides, wired or {}),
-                              cluster=deep_merge(deep_merge(cluster, sc), uc)))
+                              cluster=deep_merge(deep_merge(cluster, sc), uc),
+                              **({ALLOW_EMPTY: True} if allow_empty(overrides, st.name, branch) else {})))
         return out
 
     needs_ingest = fmt != "parquet"

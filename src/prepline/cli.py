@@ -60,6 +60,8 @@ def _run_parser(transform: str | None) -> argparse.ArgumentParser:
     p.add_argument("--task-retries", type=int, default=2,
                    help="times a task runs again when its worker process or Ray actor dies (default 2)")
     p.add_argument("--overwrite", action="store_true", help="delete what is in --output first (default: resume or refuse)")
+    p.add_argument("--allow-empty-output", action="store_true",
+                   help="succeed even when every document of a non-empty input is removed (default: that run fails, naming the reasons)")
     p.add_argument("--params", default=None, help="transform parameters as a JSON object (flags win)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
     p.add_argument("--progress-interval", type=float, default=None, metavar="SECONDS",
@@ -151,6 +153,7 @@ def _cmd_run(argv: list[str]) -> int:
         task_retries=args.task_retries,
         overwrite=args.overwrite,
         progress=not args.no_progress,
+        allow_empty_output=args.allow_empty_output,
     )
     from prepline.progress import Progress
     from prepline.tables import print_summary

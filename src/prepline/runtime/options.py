@@ -22,6 +22,8 @@ class RunOptions:
     progress: bool = True
     #: times a task whose worker process or actor died is run again (tasks are idempotent)
     task_retries: int = 2
+    #: a run that removes every document of a non-empty input fails unless this is set
+    allow_empty_output: bool = False
 
     def __post_init__(self) -> None:
         if self.runtime not in ("local", "ray"):
