@@ -148,7 +148,7 @@ def wire(spec: PipelineSpec, a: dict, stage, run_id) -> None:
     is the run the stages write under."""
     launcher = a["launcher_image"]
     plan = _step(plan_run(spec_json=spec.to_json(), input_path=a["input_path"], work_root=a["work_root"], run_id=run_id,
-                          languages=a["languages"], input_format=a["input_format"], text_column=a["text_column"],
+                          languages=a["languages"], input_format=a["input_format"], text_column=a["text_column"], text_field=a["text_field"],
                           overrides_json=a["overrides_json"], cluster_json=a["cluster_json"]), "plan", launcher)
     _with_s3_secret(plan, a["s3_secret_name"])
     last = plan

@@ -175,5 +175,8 @@ def run_pipeline(spec, work_root: str | Path, input: str | None = None, **params
 
     spec = spec if not isinstance(spec, (str, Path, dict)) else load_pipeline(spec)
     work = Path(work_root).resolve()
+    from prepline.pipeline_cli import preflight
+
+    preflight(spec, params, input, work)  # parameters and input checked before a sample is built or a cluster starts
     run_local(spec.name, local_args(work, input, params), str(work / "kfp"), pipeline=spec_pipeline(spec))
     return work / "stages"

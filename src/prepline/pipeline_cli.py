@@ -80,17 +80,26 @@ def _compile(name: str, out: Path, elyra: str) -> int:
     return 0
 
 
-def _args(a, work: Path) -> dict[str, Any]:
+def param_values(items: list[str]) -> dict[str, Any]:
+    """``--param NAME=VALUE`` flags: JSON values, or text; a list parameter (languages) also takes
+    comma-separated values (``languages=en,fr``)."""
+    from prepline.stage_params import PARAMS
+
     params: dict[str, Any] = {}
-    for kv in a.param:
+    for kv in items:
         k, _, v = kv.partition("=")
-        if not _:
-            raise ConfigError(f"--param {kv!r} is not NAME=VALUE", "e.g. --param languages='[\"en\",\"ja\"]'")
+        if not _ or not k.strip():
+            raise ConfigError(f"--param {kv!r} is not NAME=VALUE", "e.g. --param languages=en,ja --param text_field=content")
+        k = k.strip()
         try:
             params[k] = json.loads(v)
         except json.JSONDecodeError:
             params[k] = v
-    return local_args(work, a.input, params, a.sample_docs)
+        if k in PARAMS and PARAMS[k].type is list and isinstance(params[k], str):
+            params[k] = [x.strip() for x in params[k].split(",") if x.strip()]
+        elif k in PARAMS and PARAMS[k].type is str and not isinstance(params[k], str) and not k.endswith("_json"):
+            params[k] = v  # a string parameter given a number or true: the text as typed
+    return params
 
 
 def local_args(work: Path, input: str | None, params: dict[str, Any], sample_docs: int | None = None) -> dict[str, Any]:
@@ -113,18 +122,34 @@ def local_args(work: Path, input: str | None, params: dict[str, Any], sample_doc
     return args
 
 
+def preflight(name, values: dict[str, Any], input: str | None, work: Path):
+    """Everything checked before a sample is built or a cluster starts (:mod:`prepline.preflight`):
+    the pipeline's name (or a loaded pipeline spec), its parameters, then the input. Returns the
+    pipeline's Target."""
+    from prepline import preflight as pf
+
+    target = pf.resolve(name) if isinstance(name, str) else pf.Target(name.name, "spec", name)
+    pf.check_values(target, values)
+    if input:
+        pf.check_input(target, str(Path(input).resolve()) if "://" not in input else input,
+                       {**values, "work_root": values.get("work_root") or str(work / "stages")})
+    return target
+
+
 def _run(a) -> int:
+    work = Path(a.work_root).resolve()
+    values = param_values(a.param)
+    target = preflight(a.name, values, a.input, work)  # before anything is built or started
     from prepline.kfp.local import TaskTimes, run_local, strip_ansi
+    from prepline.kfp.local_tasks import FAILURES
     from prepline.tables import print_run_counts, print_task_times
 
-    pipeline, name = None, a.name
+    pipeline, name = None, target.name
     if _is_spec(a.name):
         from prepline.pipelines.factory import spec_pipeline
 
-        spec = load_spec(a.name)
-        pipeline, name = spec_pipeline(spec), spec.name
-    work = Path(a.work_root).resolve()
-    args = _args(a, work)
+        pipeline = spec_pipeline(target.spec)
+    args = local_args(work, a.input, values, a.sample_docs)
     times = TaskTimes()
     started = time.time()
     try:
@@ -132,6 +157,13 @@ def _run(a) -> int:
     except RuntimeError as e:  # kfp.local's "pipeline finished with status FAILURE ..."
         msg = strip_ansi(str(e))
         _report(print_run_counts(work / "stages", started))  # what the stages up to the failure did
+        if FAILURES:  # the failing task's own error, as `prepline run` would say it (its log: task.log)
+            from prepline import errors
+
+            f = FAILURES[-1]
+            kind = getattr(errors, f.kind, None)
+            kind = kind if isinstance(kind, type) and issubclass(kind, errors.PreplineError) else RunFailed
+            raise kind(f.message, f.fix or f"see the task's log: {f.log}") from None
         raise RunFailed(msg, f"see the failing task's log above (every task's log: task.log in its folder under {work / 'kfp'})") from None
     print_task_times(times, secs)
     report = _report(print_run_counts(work / "stages", started))

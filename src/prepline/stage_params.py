@@ -57,7 +57,11 @@ _ALL = [
                   "Format of input_path: auto (by the files' extensions), parquet, jsonl, csv, warc, wet or hf; anything but "
                   "Parquet goes through ingest first."),
     PipelineParam("text_column", str, "contents",
-                  "The text column of every stage (their content_column, ingest's text_column, ${text_column} in the filter criteria)."),
+                  "The text column of every stage (their content_column, ingest's text_column, ${text_column} in the filter criteria); "
+                  "for a Parquet input, its column holding the text."),
+    PipelineParam("text_field", str, "",
+                  "For JSONL, CSV and Hugging Face input: the field holding the text (ingest's text_field; '' = the pipeline "
+                  "spec's, else 'text'). Ingest writes it to text_column."),
     PipelineParam("from_plan", bool, False,
                   "Take the stage's input, parameters and cluster from the run's plan.json, which the first step of a super "
                   "pipeline writes (params_json, overrides_json, input_stage and input_from_split are then not used)."),
@@ -125,7 +129,7 @@ STAGE = ["input_path", "work_root", "params_json", "overrides_json", "branch", "
 SHARED = ["work_root", "overrides_json", "provider", "provider_json", "cluster_json", "max_failed_files", "timeout_seconds",
           "start_timeout_seconds", "s3_secret_name", "launcher_image", "ray_image"]
 TRAIN = ["train_mode", "train_languages", "train_params_json", "trainjob_json", "train_timeout_seconds", "trainer_image"]
-SUPER = ["input_path", "work_root", "languages", "input_format", "text_column", *SHARED[1:], *TRAIN]
+SUPER = ["input_path", "work_root", "languages", "input_format", "text_column", "text_field", *SHARED[1:], *TRAIN]
 CHAINED = [*SUPER, "kfp_host", "kfp_namespace", "kfp_experiment", "kfp_token_secret", "stage_pipeline_version"]
 
 

@@ -312,7 +312,10 @@ def job_error(output_path: str, stage: str, what: str) -> PreplineError:
     kind = getattr(errors, str(err.get("type", "")), None)
     if not err.get("message") or not (isinstance(kind, type) and issubclass(kind, PreplineError)):
         return RunFailed(f"{stage}: {what}", "see the job log above")
-    return kind(f"{stage}: {err['message']}", err.get("fix") or "see the job log above")
+    fix = (err.get("fix") or "see the job log above").replace(
+        "pass --allow-empty-output", f'allow it for this stage in overrides_json: {{"{stage}": {{"allow_empty_output": true}}}}')
+    message = err["message"] if err["message"].startswith(f"{stage} ") else f"{stage}: {err['message']}"
+    return kind(message, fix)
 
 
 def one_line(meta: dict) -> str:

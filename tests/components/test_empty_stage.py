@@ -44,7 +44,7 @@ def test_a_failed_job_reports_the_error_its_metadata_records(tmp_path, corpus):
     with pytest.raises(RunFailed):
         run_transform("filter", {"criteria": ["1=0"]}, RunOptions(str(corpus), str(out), progress=False))
     e = stages.job_error(str(out), "filter", "Ray job x FAILED")
-    assert isinstance(e, RunFailed) and e.message.startswith("filter: filter removed all 10 input documents")
-    assert "--allow-empty-output" in e.fix
+    assert isinstance(e, RunFailed) and e.message.startswith("filter removed all 10 input documents")
+    assert 'overrides_json: {"filter": {"allow_empty_output": true}}' in e.fix and "--allow-empty-output" not in e.fix
     e = stages.job_error(str(tmp_path / "nothing"), "filter", "Ray job x FAILED: oom")
     assert e.message == "filter: Ray job x FAILED: oom"
