@@ -59,9 +59,9 @@ _ALL = [
     PipelineParam("text_column", str, "contents",
                   "The text column of every stage (their content_column, ingest's text_column, ${text_column} in the filter criteria); "
                   "for a Parquet input, its column holding the text."),
-    PipelineParam("text_field", str, "",
-                  "For JSONL, CSV and Hugging Face input: the field holding the text (ingest's text_field; '' = the pipeline "
-                  "spec's, else 'text'). Ingest writes it to text_column."),
+    PipelineParam("text_field", str, "text",
+                  "For JSONL, CSV and Hugging Face input: the field holding the text (ingest's text_field; default: the "
+                  "pipeline spec's input.params.text_field, else 'text'). Ingest writes it to text_column."),
     PipelineParam("from_plan", bool, False,
                   "Take the stage's input, parameters and cluster from the run's plan.json, which the first step of a super "
                   "pipeline writes (params_json, overrides_json, input_stage and input_from_split are then not used)."),
