@@ -311,3 +311,50 @@ def _check_stage_input(transform: str, input_path: str, values: dict[str, Any]) 
         t.check_schema(schema, loc.path(f.rel))
     except InputError as e:
         raise InputError(e.message, f"{e.fix} (this pipeline: in its params_json, e.g. --param 'params_json={{\"content_column\": \"text\"}}')") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# before a run is posted to KFP
+
+
+def kfp_target(docs: list[dict]) -> Target | None:
+    """The prepline pipeline a compiled pipeline spec is: a spec pipeline (its plan step holds the
+    spec), a transform's simple pipeline (by its name), or None (not one of prepline's)."""
+    from prepline import registry
+    from prepline.pipelines import spec as specs
+
+    if not docs or not isinstance(docs[0], dict):
+        return None
+    root = docs[0].get("root") or {}
+    tasks = (root.get("dag") or {}).get("tasks") or {}
+    spec_json = ((((tasks.get("plan-run") or {}).get("inputs") or {}).get("parameters") or {}).get("spec_json") or {}).get(
+        "runtimeValue", {}).get("constant")
+    if isinstance(spec_json, str):
+        spec = specs.load(json.loads(spec_json))
+        inputs = ((root.get("inputDefinitions") or {}).get("parameters") or {})
+        return Target(spec.name, "chained" if "kfp_host" in inputs else "spec", spec)
+    name = str((docs[0].get("pipelineInfo") or {}).get("name", "")).replace("-", "_")
+    return Target(name, "stage") if name in registry.names() else None
+
+
+def check_kfp_run(docs: list[dict], values: dict[str, Any], input_from_here: bool = False) -> Target | None:
+    """Before a run of a compiled prepline pipeline is posted: its stage settings (overrides_json,
+    params_json, languages, every stage's merged parameters as the plan step would resolve them)
+    and, with ``input_from_here``, its input read from this machine (the cluster may see inputs
+    this machine does not: a PVC path, an in-cluster object store). Values are the checked ones."""
+    target = kfp_target(docs)
+    if target is None:
+        return None
+    ours = set(target.params())
+    check_values(target, {k: v for k, v in values.items() if k in ours})
+    if input_from_here and values.get("input_path"):
+        check_input(target, values["input_path"], values, work_root=values.get("work_root") or "preflight")
+    elif target.kind != "stage":
+        from prepline.pipelines.plan import make_plan
+
+        make_plan(target.spec, input_path=values.get("input_path") or "unchecked", work_root=values.get("work_root") or "preflight",
+                  run_id="preflight", languages=values.get("languages"), text_column=values.get("text_column", ""),
+                  input_format=values.get("input_format", ""), text_field=values.get("text_field", ""),
+                  overrides=json.loads(_as_json(values.get("overrides_json") or "{}")),
+                  cluster=json.loads(_as_json(values.get("cluster_json") or "{}")), detected_format="mixed")
+    return target
