@@ -112,6 +112,7 @@ def prepare(
             return {"run": False, "reason": e.get("reason", ""), "stage": stage, "branch": branch}
         params, cluster_json, src = e["params"], json.dumps(e["cluster"]), e["input"]
         allow = bool(e.get("allow_empty_output", False))
+        _check_branch_input(src, stage, branch)
     else:
         check_overrides(overrides_json)  # every stage's, so that a bad one fails in the first step
         params = {**_json("params_json", params_json, {}), **stage_overrides(overrides_json, stage, branch)[0]}
@@ -139,6 +140,21 @@ def prepare(
         "workers": workers_for(spec, _json("cluster_json", cluster_json, {}).get("cpus_per_worker", 1.0)),
         "allow_empty_output": allow,
     }
+
+
+def _check_branch_input(src: str, stage: str, branch: str) -> None:
+    """A branch whose language the split found no document of has no input folder: say so before a
+    cluster starts (not "input folder .../lang=fr does not exist" from the job)."""
+    if not branch or not src.rstrip("/").endswith(f"/lang={branch}"):
+        return
+    from prepline.data_access import open_location
+    from prepline.errors import InputError
+
+    if not open_location(src).exists():
+        split = src.rstrip("/").rsplit("/", 2)[-2]
+        raise InputError(f"{stage} ({branch}): {split} found no document in language '{branch}' ({src} was not written)",
+                         f"leave {branch} out of the pipeline's languages parameter (e.g. --param languages=...), "
+                         f"or give input with {branch} documents; the languages found: {split}'s metadata.json")
 
 
 def _input(work_root: str, data_run: str, stage: str, branch: str, input_path: str, input_stage: str, from_split: bool) -> str:

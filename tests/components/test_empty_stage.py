@@ -48,3 +48,22 @@ def test_a_failed_job_reports_the_error_its_metadata_records(tmp_path, corpus):
     assert 'overrides_json: {"filter": {"allow_empty_output": true}}' in e.fix and "--allow-empty-output" not in e.fix
     e = stages.job_error(str(tmp_path / "nothing"), "filter", "Ray job x FAILED: oom")
     assert e.message == "filter: Ray job x FAILED: oom"
+
+
+def test_a_branch_whose_language_has_no_document_says_so_before_its_cluster_starts(tmp_path):
+    from prepline.errors import InputError
+    from prepline.pipelines.plan import write_plan
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.parquet").write_bytes(b"")
+    spec = specs.load({"name": "mini", "stages": ["lang_id"], "branches": {"languages": ["en", "fr"], "stages": ["doc_id"]}})
+    plan = make_plan(spec, input_path=str(tmp_path / "in"), work_root=str(tmp_path / "w"), run_id="r", input_format="parquet")
+    write_plan(plan)
+    en = tmp_path / "w" / "r" / "lang_id" / "lang=en"
+    en.mkdir(parents=True)
+    (en / "a.parquet").write_bytes(b"x")
+    assert stages.prepare("doc_id", "{}", str(tmp_path / "w"), "r", "doc_id", "en", from_plan=True)["run"]
+    with pytest.raises(InputError) as e:
+        stages.prepare("doc_id", "{}", str(tmp_path / "w"), "r", "doc_id", "fr", from_plan=True)
+    assert "doc_id (fr): lang_id found no document in language 'fr'" in e.value.message
+    assert "leave fr out of the pipeline's languages parameter" in e.value.fix
