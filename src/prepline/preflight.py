@@ -189,10 +189,22 @@ def _check_parquet_column(input_path: str, column: str, param: str) -> None:
     loc, f = _first(input_path, (".parquet",))
     if f is None:
         return
-    names = loc.parquet_file(f.rel, f.size).schema_arrow.names
+    schema = _parquet_schema(loc, f)
+    names = schema.names if schema is not None else [column]
     if column not in names:
         raise InputError(f"input {loc.path(f.rel)} has no column '{column}' (columns: {', '.join(names)})",
                          f"set the pipeline's {param} to the column holding the text: --param {param}={_guess(names)}")
+
+
+def _parquet_schema(loc, f):
+    """The first file's schema; None when it cannot be read (the run reports that file by name, and
+    --max-failed-files may tolerate it)."""
+    import pyarrow as pa
+
+    try:
+        return loc.parquet_file(f.rel, f.size).schema_arrow
+    except (pa.ArrowInvalid, OSError):
+        return None
 
 
 def _check_text_field(input_path: str, field: str, fix_for) -> None:
@@ -204,13 +216,16 @@ def _check_text_field(input_path: str, field: str, fix_for) -> None:
         return
     where = loc.path(f.rel)
     if f.rel.endswith(SHARDS):
-        names = _shard_schema(loc, f).names
+        schema = _shard_schema(loc, f)
+        if schema is None:
+            return
+        names = schema.names
         if field not in names:
             raise InputError(f"input {where} has no column '{field}' (columns: {', '.join(names)})", fix_for(_guess(names)))
         return
     if f.rel.endswith(CSV):
         header = _csv_header(loc, f)
-        if field not in header:
+        if header is not None and field not in header:
             raise InputError(f"input {where} has no column '{field}' in its header ({', '.join(header) or 'empty'})", fix_for(_guess(header)))
         return
     seen: dict = {}
@@ -248,23 +263,21 @@ def _jsonl_records(loc, f):
                 got += 1
                 if got >= PROBE_RECORDS:
                     return
-    except (OSError, EOFError) as e:
-        raise InputError(f"input {loc.path(f.rel)} cannot be read as JSONL ({type(e).__name__}: {e})",
-                         "fix or remove the file, or pass a folder of readable files") from None
+    except (OSError, EOFError):
+        return  # a broken file: the run reports it by name (and --max-failed-files may tolerate it)
     finally:
         stream.close()
 
 
-def _csv_header(loc, f) -> list[str]:
+def _csv_header(loc, f) -> list[str] | None:
     import csv
     import io
 
     stream = io.TextIOWrapper(_open_text(loc, f), encoding="utf-8", newline="", errors="replace")
     try:
         row = next(csv.reader(stream, delimiter="\t" if ".tsv" in f.rel else ","), [])
-    except (OSError, EOFError, csv.Error) as e:
-        raise InputError(f"input {loc.path(f.rel)} cannot be read as CSV ({type(e).__name__}: {e})",
-                         "fix or remove the file, or pass a folder of readable files") from None
+    except (OSError, EOFError, csv.Error):
+        return None  # a broken file: the run reports it by name
     finally:
         stream.close()
     return row
@@ -275,7 +288,7 @@ def _shard_schema(loc, f):
     from pyarrow import ipc
 
     if f.rel.endswith(".parquet"):
-        return loc.parquet_file(f.rel, f.size).schema_arrow
+        return _parquet_schema(loc, f)
     stream = loc.open_input(f.rel, f.size)
     try:
         try:
@@ -283,8 +296,8 @@ def _shard_schema(loc, f):
         except pa.ArrowInvalid:
             stream.seek(0)
             return ipc.open_file(stream).schema
-    except (pa.ArrowInvalid, OSError) as e:
-        raise InputError(f"input {loc.path(f.rel)} is not an Arrow dataset shard ({e})", "pass a folder written by datasets.save_to_disk") from None
+    except (pa.ArrowInvalid, OSError):
+        return None  # the run reports the file by name (ingest's own error)
     finally:
         stream.close()
 
@@ -306,7 +319,9 @@ def _check_stage_input(transform: str, input_path: str, values: dict[str, Any]) 
     loc, f = _first(input_path, t.input_suffixes, strict=True)
     if f is None or not f.rel.endswith(".parquet"):
         return
-    schema = loc.parquet_file(f.rel, f.size).schema_arrow
+    schema = _parquet_schema(loc, f)
+    if schema is None:
+        return
     try:
         t.check_schema(schema, loc.path(f.rel))
     except InputError as e:

@@ -127,3 +127,19 @@ def test_a_stage_pipeline_names_its_params_json(tmp_path):
     with pytest.raises(InputError) as e:
         pf.check_input(pf.resolve("ingest"), str(tmp_path / "j"), {})
     assert "params_json={\"text_field\": \"body\"}" in e.value.fix
+
+
+def test_a_broken_first_file_is_left_to_the_run(tmp_path):
+    """The preflight reads the first file only to check a column: a file it cannot read is the run's
+    to report by name (and --max-failed-files may tolerate it)."""
+    import gzip
+
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "a.parquet").write_bytes(b"PAR1 not parquet")
+    pf.check_input(pf.resolve("doc_id"), str(d), {})
+    pf.check_input(pf.resolve("super"), str(d), {})
+    j = tmp_path / "j"
+    j.mkdir()
+    (j / "a.jsonl.gz").write_bytes(gzip.compress(b'{"text": "x"}\n' * 50)[:30])
+    pf.check_input(pf.resolve("super"), str(j), {})
