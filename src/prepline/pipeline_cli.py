@@ -38,7 +38,9 @@ def cmd_pipeline(argv: list[str]) -> int:
     r.add_argument("--local", action="store_true", required=True, help="run on this machine with kfp.local (the only mode here; use `prepline kfp run` for a KFP server)")
     r.add_argument("--input", default=None, help="input folder or file (default: build the bundled sample)")
     r.add_argument("--work-root", default="runs/pipeline", help="where stage outputs go (default: runs/pipeline)")
-    r.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a pipeline parameter (JSON values allowed); repeat")
+    r.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a pipeline parameter; repeat. A list: languages=en,fr or JSON (languages='[\"en\", \"fr\"]'); "
+                        "an object: JSON (overrides_json='{\"filter\": {...}}'); e.g. text_field=content, text_column=text")
     r.add_argument("--sample-docs", type=int, default=None, help="size of the sample built when --input is not given")
     r.add_argument("--timings-json", default="", help="also write each task's duration and the per-kind summary here")
     r.add_argument("--verbose", action="store_true", help="show every task's whole log (kfp's executor lines too), not only prepline's lines")
@@ -130,6 +132,14 @@ def preflight(name, values: dict[str, Any], input: str | None, work: Path):
 
     target = pf.resolve(name) if isinstance(name, str) else pf.Target(name.name, "spec", name)
     pf.check_values(target, values)
+    if target.kind == "chained" and not values.get("kfp_host"):
+        import os
+
+        from prepline.kfp.connection import ENV_ENDPOINT
+
+        if not os.environ.get(ENV_ENDPOINT) and not os.environ.get("KUBERNETES_SERVICE_HOST"):  # (in a pod: the in-cluster service)
+            raise ConfigError(f"{target.name} starts every stage as a run on a Kubeflow Pipelines server, and none is given",
+                              f"pass --param kfp_host=http://<host> (or set {ENV_ENDPOINT}), or run '{target.spec.name}' locally")
     if input:
         pf.check_input(target, str(Path(input).resolve()) if "://" not in input else input,
                        {**values, "work_root": values.get("work_root") or str(work / "stages")})

@@ -64,3 +64,11 @@ def test_check_input_reads_the_input_from_here(fake, capsys, tmp_path):
     code, out, err = kfp(capsys, "run", SUPER, "--param", f"input_path={tmp_path}", "--param", "work_root=s3://b/w",
                          "--param", "text_column=text", "--check-input", "--host", fake.url)
     assert code == 0, err
+
+
+def test_a_list_parameter_takes_comma_separated_values(fake, capsys):
+    code, out, err = kfp(capsys, "run", SUPER, *REQ, "--param", "languages=en,ja", "--host", fake.url)
+    assert code == 0, err
+    assert fake.calls("POST", "/runs$")[-1]["body"]["runtime_config"]["parameters"]["languages"] == ["en", "ja"]
+    code, out, err = kfp(capsys, "run", SUPER, *REQ, "--param", "languages={}", "--host", fake.url)
+    assert code == 2 and "--param languages=a,b" in err

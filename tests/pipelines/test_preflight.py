@@ -143,3 +143,13 @@ def test_a_broken_first_file_is_left_to_the_run(tmp_path):
     j.mkdir()
     (j / "a.jsonl.gz").write_bytes(gzip.compress(b'{"text": "x"}\n' * 50)[:30])
     pf.check_input(pf.resolve("super"), str(j), {})
+
+
+def test_the_chained_pipeline_needs_a_kfp_server_before_anything_runs(tmp_path, monkeypatch):
+    from prepline.pipeline_cli import preflight
+
+    monkeypatch.delenv("KF_PIPELINES_ENDPOINT", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(ConfigError, match="super_chained starts every stage as a run on a Kubeflow Pipelines server") as e:
+        preflight("super_chained", {}, None, tmp_path)
+    assert "--param kfp_host=" in e.value.fix and "'super' locally" in e.value.fix
