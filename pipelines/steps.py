@@ -21,6 +21,9 @@ def plan_step(spec_json: str, *, input_path: str, work_root: str, run_id: str, l
     plan = make_plan(specs.load(json.loads(spec_json)), input_path=input_path, work_root=work_root, run_id=run_id,
                      languages=languages, text_column=text_column, text_field=text_field, input_format=input_format,
                      overrides=_json("overrides_json", overrides_json, {}), cluster=_json("cluster_json", cluster_json, {}))
+    from prepline.preflight import check_plan_input
+
+    check_plan_input(plan)  # the text column or field in the input's first file, before any cluster starts
     return write_plan(plan), plan_markdown(plan)
 
 

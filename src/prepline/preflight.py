@@ -132,7 +132,7 @@ def check_input(target: Target, input_path: str, values: dict[str, Any], work_ro
     if target.kind == "stage":
         _check_stage_input(target.name, input_path, values)
         return None
-    from prepline.pipelines.plan import entry, make_plan
+    from prepline.pipelines.plan import make_plan
     from prepline.stage_params import PARAMS
 
     def get(k):
@@ -142,13 +142,22 @@ def check_input(target: Target, input_path: str, values: dict[str, Any], work_ro
                      languages=get("languages"), text_column=get("text_column"), input_format=get("input_format"),
                      overrides=json.loads(_as_json(values.get("overrides_json") or "{}")),
                      cluster=json.loads(_as_json(values.get("cluster_json") or "{}")), text_field=get("text_field"))
-    fmt = plan["input"]["format"]
+    check_plan_input(plan)
+    return plan
+
+
+def check_plan_input(plan: dict) -> None:
+    """The plan's input has the text column (Parquet) or field (JSONL, CSV, HF shards) the plan
+    names, from its first file: the plan step calls it too, so that a run started in the KFP UI
+    fails there, naming the pipeline's parameter, before any cluster starts."""
+    from prepline.pipelines.plan import entry
+
+    fmt, input_path = plan["input"]["format"], plan["input"]["path"]
     if fmt == "parquet":
         _check_parquet_column(input_path, plan["text_column"], "text_column")
     elif plan["input"]["ingest"] and fmt in ("jsonl", "csv", "hf", "mixed"):
         _check_text_field(input_path, entry(plan, "ingest")["params"].get("text_field", "text"),
                           lambda g: f"set the pipeline's text_field to the field holding the text: --param text_field={g}")
-    return plan
 
 
 # ----------------------------------------------------------------------------------------------

@@ -153,3 +153,19 @@ def test_the_chained_pipeline_needs_a_kfp_server_before_anything_runs(tmp_path, 
     with pytest.raises(ConfigError, match="super_chained starts every stage as a run on a Kubeflow Pipelines server") as e:
         preflight("super_chained", {}, None, tmp_path)
     assert "--param kfp_host=" in e.value.fix and "'super' locally" in e.value.fix
+
+
+def test_the_plan_step_checks_the_text_column_too(tmp_path):
+    """A run started in the KFP UI (no preflight on the user's machine) fails in its plan step, before
+    any cluster, naming the pipeline's parameter."""
+    from prepline.pipelines import spec as specs
+    from prepline.pipelines.steps import plan_step
+
+    pq.write_table(pa.table({"text": ["some words"] * 3}), tmp_path / "a.parquet")
+    args = dict(input_path=str(tmp_path / "a.parquet"), work_root=str(tmp_path / "w"), run_id="r", languages=["en"],
+                input_format="auto", overrides_json="{}", cluster_json="{}")
+    with pytest.raises(InputError) as e:
+        plan_step(specs.shipped().to_json(), text_column="contents", **args)
+    assert "--param text_column=text" in e.value.fix and not (tmp_path / "w").exists()
+    path, _ = plan_step(specs.shipped().to_json(), text_column="text", **args)
+    assert Path(path).exists()
