@@ -59,3 +59,16 @@ def test_ingest_jsonl_with_a_wrong_text_field_fails_at_once_naming_the_fields(tm
     _jsonl(tmp_path / "in2" / "a.jsonl", [{"content": "x y z"}] * 3)
     assert main(["run", "ingest", "--input", str(tmp_path / "in2"), "--output", str(tmp_path / "o2"), "--no-progress"]) != 0
     assert "no field 'text' in any of its 3 records (fields: content)" in capsys.readouterr().err
+
+
+def test_the_python_api_takes_allow_empty_output(tmp_path, corpus):
+    import prepline
+
+    try:
+        prepline.run("filter", str(corpus), str(tmp_path / "o"), criteria=["1=0"])
+    except RunFailed as e:
+        assert "filter removed all 10 input documents" in e.message
+    else:
+        raise AssertionError("an empty output passed")
+    m = prepline.run("filter", str(corpus), str(tmp_path / "o"), criteria=["1=0"], allow_empty_output=True)
+    assert m.totals.docs_out == 0 and m.totals.docs_in == 10
