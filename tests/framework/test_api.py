@@ -53,6 +53,14 @@ def test_pipeline_specs_load_and_compile(tmp_path):
         prepline.load_pipeline({"name": "x", "stages": ["no_such_transform"]})
 
 
+def _one_parquet(folder: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir()
+    pq.write_table(pa.table({"contents": ["a document"]}), folder / "part-0.parquet")
+
+
 def test_run_pipeline_returns_the_run_folder(tmp_path, monkeypatch):
     """run_pipeline returns <work_root>/stages/<run id>/ (the folder the run created), not stages/ (issue 25 item 7);
     kfp's local runner is replaced by one that writes what a run's first task writes."""
@@ -68,7 +76,7 @@ def test_run_pipeline_returns_the_run_folder(tmp_path, monkeypatch):
         return 1.0
 
     monkeypatch.setattr(kfp_local, "run_local", fake_run_local)
-    (tmp_path / "in").mkdir()
+    _one_parquet(tmp_path / "in")  # the preflight reads the input's first file
     got = prepline.run_pipeline(prepline.load_pipeline("super"), tmp_path / "w", input=str(tmp_path / "in"))
     assert got == (tmp_path / "w" / "stages" / "job-123").resolve()
 
@@ -82,7 +90,7 @@ def test_a_local_run_starts_with_a_header_and_names_its_run_folder(tmp_path, mon
         return 1.0
 
     monkeypatch.setattr(kfp_local, "run_local", fake_run_local)
-    (tmp_path / "in").mkdir()
+    _one_parquet(tmp_path / "in")  # the preflight reads the input's first file
     rc = main(["pipeline", "run", "doc_id", "--local", "--input", str(tmp_path / "in"), "--work-root", str(tmp_path / "w")])
     assert rc == 0, capsys.readouterr().err
     lines = capsys.readouterr().out.splitlines()

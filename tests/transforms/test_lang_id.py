@@ -194,9 +194,9 @@ def test_missing_or_broken_model_fails_before_any_work(tmp_path):
     assert not (tmp_path / "o").exists()
     junk = tmp_path / "junk.ftz"
     junk.write_bytes(b"not a model at all")
-    with pytest.raises(RunFailed) as e:
+    with pytest.raises(ConfigError) as e:  # the user's model_path: a usage error with its fix, not a failed run
         run_transform("lang_id", {"model_path": str(junk)}, RunOptions(str(src), str(tmp_path / "o2"), progress=False))
-    assert "not a fastText model" in str(e.value)
+    assert "not a fastText model" in str(e.value) and "model_path" in e.value.fix
 
 
 def test_missing_text_column_and_existing_lang_column(tmp_path):
