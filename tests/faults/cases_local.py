@@ -134,8 +134,11 @@ def _kill_driver(env: Env, row: Row, sig: int) -> tuple[Path, subprocess.Popen, 
 def sigkill_driver(env: Env, row: Row) -> Row:
     ref = env.reference("exact_dedup", {"num_shards": 64})
     out, p, tag, secs = _kill_driver(env, row, signal.SIGKILL)
+    row.check(p.returncode == -signal.SIGKILL, f"the run was not killed (exit {p.returncode})")
     r = env.cli(RUN + ["exact_dedup", "--input", str(env.corpus), "--output", str(out), "--workers", "1", "--num-shards", "64"] + QUIET)
     row.check(r.rc == 0, f"rerun exit {r.rc}: {r.err[-500:]}")
+    if r.rc == 0:  # the kill landed mid-run: the rerun took the finished tasks from their markers
+        row.check(meta(out)["phases"]["hash"]["resumed"] >= 1, f"nothing was resumed: {meta(out)['phases']['hash']}")
     row.check(not (out / "_prepline").exists(), "the work folder was left behind")
     account(row, out, ref)
     row.seconds = secs
@@ -153,6 +156,8 @@ def sigterm_driver(env: Env, row: Row) -> Row:
     row.check(m.get("status") == "failed" and "terminated" in m.get("error", {}).get("message", ""), f"metadata: {m.get('error')}")
     r = env.cli(RUN + ["exact_dedup", "--input", str(env.corpus), "--output", str(out), "--workers", "1", "--num-shards", "64"] + QUIET)
     row.check(r.rc == 0, f"rerun exit {r.rc}: {r.err[-500:]}")
+    if r.rc == 0:  # the signal landed mid-run: the rerun took the finished tasks from their markers
+        row.check(meta(out)["phases"]["hash"]["resumed"] >= 1, f"nothing was resumed: {meta(out)['phases']['hash']}")
     account(row, out, ref)
     row.seconds = secs
     return row.done(f"exit 143, metadata.json failed/terminated, no orphan after {secs:.1f}s; rerun identical")
