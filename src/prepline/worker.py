@@ -105,12 +105,18 @@ class _Heartbeats:
                 _beat(ident, key, sender)
 
 
+#: in a Ray actor: its heartbeats carry the task thread's CPU as the process's (Ray's own threads in
+#: the actor's process use CPU whether or not the task does)
+THREAD_CPU_ONLY = False
+
+
 def _beat(ident: int, key: str, sender: Sender) -> None:
     try:
         thread_cpu = time.clock_gettime(time.pthread_getcpuclockid(ident))
     except (AttributeError, OSError, ValueError):  # no per-thread clock here: the process's CPU only
         thread_cpu = None
-    sender.beat(key, (os.getpid(), ident, time.monotonic(), thread_cpu, time.process_time()))
+    process_cpu = thread_cpu if THREAD_CPU_ONLY and thread_cpu is not None else time.process_time()
+    sender.beat(key, (os.getpid(), ident, time.monotonic(), thread_cpu, process_cpu))
 
 
 _heartbeats = _Heartbeats()

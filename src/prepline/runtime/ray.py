@@ -225,6 +225,9 @@ class _RayWorker:
         if log_format:
             os.environ.setdefault(logs.ENV_FORMAT, log_format)
         logs.setup_worker()
+        from prepline import worker
+
+        worker.THREAD_CPU_ONLY = True  # Ray's own threads here use CPU whatever the task does
         self._spec: WorkerSpec | None = None
         self._w: Worker | None = None
         self._box = box
