@@ -124,6 +124,7 @@ def stage_params(st: StageSpec, branch: str, text_column: str, overrides: dict, 
     where = st.name + (f" (branch {branch})" if branch else "")
     try:
         cfg = cls.Config.from_params(p)
+        cls(cfg).check_resources()  # a tokenizer or model path that is wrong: now, not when the stage is reached
     except ConfigError as e:
         raise ConfigError(f"{where}: {e.message}", e.fix) from None
     return json.loads(json.dumps({k: v for k, v in cfg.to_dict().items() if k in p}))  # as plan.json holds them

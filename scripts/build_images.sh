@@ -6,7 +6,8 @@
 #
 #   bash scripts/build_images.sh                                   # build the three images (default registry/tag)
 #   bash scripts/build_images.sh --registry ghcr.io/me --tag 0.1.0 --push
-#                       # build, push, then `prepline compile --registry ghcr.io/me --tag 0.1.0` (compiled/, elyra_templates/)
+#                       # build, push, then `prepline compile --registry ghcr.io/me --tag 0.1.0` (compiled/, elyra_templates/,
+#                       # deploy/images/: the registry and tag deploy/base, deploy/proxy and deploy/elyra pull)
 #   bash scripts/build_images.sh --only trainer                    # or ray / launcher (trainer needs the ray image)
 #   bash scripts/build_images.sh --dry-run ...                     # print the commands, run nothing (no Docker needed)
 set -euo pipefail
@@ -87,7 +88,8 @@ if [ -z "$only" ] || [ "$only" = launcher ]; then
   if [ "$push" -eq 1 ]; then run docker push "$LAUNCHER_IMAGE"; fi
 fi
 if [ -n "$registry$tag" ]; then
-  # the pipelines and the Elyra catalog for these images (their image parameters' defaults, the components' images)
+  # the pipelines, the Elyra catalog and deploy/ for these images (their image parameters' defaults, the components'
+  # images, deploy/images/kustomization.yaml)
   PREPLINE="${PREPLINE:-.venv/bin/prepline}"
   run "$PREPLINE" compile --registry "$REGISTRY" --tag "$TAG"
 fi

@@ -113,3 +113,25 @@ def test_the_plugins_page_shows_the_tested_plugin():
     plugin = ROOT / "tests" / "plugins" / "char_count_plugin"
     assert blocks["toml"] == (plugin / "pyproject.toml").read_text()
     assert blocks["python"] == (plugin / "prepline_char_count.py").read_text()
+
+
+def test_the_cluster_path_starts_with_building_and_pushing_the_images():
+    """Issue 25 item 10: README's cluster section and docs/kfp.md say first that the images must be
+    built and pushed, then compiled for that registry, before anything is uploaded."""
+    for page, section in (("README.md", "## On Kubernetes"), ("docs/kfp.md", "## Step 1")):
+        text = (ROOT / page).read_text()
+        body = text[text.index(section):]
+        push = body.index("scripts/build_images.sh --registry")
+        assert "--push" in body[push:push + 200]
+        assert push < body.index("prepline compile --registry") < re.search(r"upload `?compiled/", body, re.I).start()
+        assert "cluster-ready" not in text
+
+
+def test_pipeline_parameters_say_what_input_path_takes_and_which_are_internal():
+    from prepline.stage_params import PARAMS
+
+    assert "JSONL" in PARAMS["input_path"].help and "WARC" in PARAMS["input_path"].help
+    for name in ("branch", "input_stage", "input_from_split", "from_plan", "run_id"):
+        assert PARAMS[name].help.startswith("Internal"), name
+    compiled = (ROOT / "compiled" / "pipelines" / "ingest.yaml").read_text()
+    assert "JSONL" in compiled and "Internal (set by the super pipeline)" in compiled

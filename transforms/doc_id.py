@@ -20,6 +20,10 @@ from prepline.registry import register
 from prepline.transform import Column, FileTask, Output, Phase, Plan, Transform
 
 
+#: the largest id (ids are int64)
+INT64_MAX = 2**63 - 1
+
+
 @dataclass(frozen=True)
 class DocIdConfig(TransformConfig):
     content_column: str = param("contents", "column holding the document text")
@@ -69,6 +73,12 @@ class DocId(Transform):
         for t in sorted(files, key=lambda t: t.rel):
             extras[t.rel] = {"offset": offset}
             offset += counts[t.rel]["rows"]
+        if offset - 1 > INT64_MAX:  # ids are int64: checked before a single file is written
+            from prepline.errors import ConfigError
+
+            n = offset - self.config.start_id
+            raise ConfigError(f"start_id={self.config.start_id} + {n:,} documents overflows the int64 ids (last id would be {offset - 1})",
+                              f"pass --start-id {INT64_MAX - n + 1} or less")
         return Plan(file_extras=extras)
 
     def plan_summary(self, results) -> dict:

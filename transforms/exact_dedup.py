@@ -56,6 +56,7 @@ class ExactDedup(Transform):
     Config = ExactDedupConfig
     summary = "remove exact duplicates (normalised text), keeping the copy with the smallest id"
     headline = ("removed.*", "plan.distinct_texts", "plan.duplicated_texts")
+    plan_needs_every_file = True  # a file failing after the plan may hold the kept copies of other files' duplicates
 
     def input_columns(self) -> list[Column]:
         return [

@@ -146,6 +146,12 @@ class Filter(Transform):
                 f"(columns: {', '.join(schema.names)})",
                 "remove them from columns_to_drop",
             )
+        if self.config.columns_to_drop and set(schema.names) <= set(self.config.columns_to_drop):
+            raise ConfigError(
+                f"{where}: columns_to_drop removes every column of the data ({', '.join(schema.names)}): the output "
+                "would hold no documents at all",
+                "keep at least one column (drop fewer columns); to remove documents, use --criteria",
+            )
 
     def check_on_driver(self, schema: pa.Schema, where: str) -> None:
         """Compile every criterion against an empty table of the data's schema."""

@@ -275,6 +275,7 @@ class FuzzyDedup(Transform):
     Config = FuzzyDedupConfig
     summary = "near duplicates by MinHash-LSH (+ Jaccard check) and connected components: remove, keep or annotate"
     headline = ("removed.*", "plan.clusters", "plan.docs_in_clusters", "plan.largest_cluster", "plan.candidate_pairs", "empty_docs")
+    plan_needs_every_file = True  # a file failing after the plan may hold the kept copies of other files' duplicates
 
     # -- contract --------------------------------------------------------------------------
     def __init__(self, config: FuzzyDedupConfig):
@@ -342,8 +343,12 @@ class FuzzyDedup(Transform):
         c = self.config
         docs_in, keyed = 0, 0
         ctx.work.delete(f"bands/{task.rel}")  # what an interrupted attempt of this task left
+        ctx.work.delete(f"ids/{task.rel}")
         for b, (text, ids) in enumerate(self._stream(task, ctx)):
             docs_in += len(ids)
+            # every id (empty documents too) to its shard: the bucket phase checks that no id is in two files
+            write_partitioned(ctx.work, f"ids/{task.rel}/{b:06d}.arrow", pa.table({"id": pa.array(ids, pa.int64())}),
+                              shard_of_ids(ids, c.num_shards))
             keys, kid = [], []
             for lo, hi in self._batches(text):
                 sh = self._shingles(text.slice(lo, hi - lo))
@@ -360,8 +365,26 @@ class FuzzyDedup(Transform):
         return {"docs": docs_in, "empty": docs_in - keyed}
 
     # -- phase 2: buckets ------------------------------------------------------------------
+    def _check_ids_unique(self, shard: int, ctx) -> None:
+        """Ids are unique within each file (:class:`UniqueIds`); an id in two files is two documents
+        under one id (two datasets each numbered from 0, then merged): clusters are made of ids and
+        the final map removes by id, so it would keep duplicates and remove unique documents."""
+        t = read_partition(ctx.work, "ids", shard)
+        if t is None or t.num_rows < 2:
+            return
+        ids = np.sort(t.column("id").to_numpy())
+        again = ids[1:][ids[1:] == ids[:-1]]
+        if len(again):
+            raise InputError(
+                f"id {int(again[0])} of column '{self.config.id_column}' belongs to more than one document (in different "
+                f"files; {len(np.unique(again))} such id(s) in shard {shard}): the ids are not unique across the input "
+                "(datasets each numbered from 0, then merged?)",
+                "run doc_id first (it numbers every document), or set id_column to a unique int64 column",
+            )
+
     def bucket_shard(self, shard: int, ctx) -> dict:
         c = self.config
+        self._check_ids_unique(shard, ctx)
         t = read_partition(ctx.work, "bands", shard)
         if t is None:
             return {"rows": 0, "buckets": 0, "pairs": 0}

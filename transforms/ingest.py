@@ -45,7 +45,7 @@ _FIX = "fix or remove the file, or pass --max-failed-files N to skip up to N bad
 class IngestConfig(TransformConfig):
     text_column: str = param("contents", "output column for the text")
     text_field: str = param("text", "field (JSONL, CSV, dataset shards) holding the text")
-    id_field: str = param("", "field with the record's own id for source_id ('' : <file>:<line or row>)")
+    id_field: str = param("", "field with the record's own id for source_id (empty: source_id is <file>:<line or row>)")
     url_field: str = param("url", "field with the URL, if any (WARC/WET: the record's target URI)")
     date_field: str = param("date", "field with the date, if any (WARC/WET: WARC-Date)")
     extractor: str = param("resiliparse", "HTML to text for WARC response records", choices=("resiliparse", "trafilatura"))

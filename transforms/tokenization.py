@@ -55,7 +55,7 @@ from prepline.sharded import parquet_files
 from prepline.tokens.indexed import bin_name, document_stream, idx_name, index_bytes, token_dtype
 from prepline.tokens.rank_bpe import RankBPE, rank_bpe
 from prepline.tokens.output import TOKENS_DIR, Source, list_parts, part_dir, part_name, write_tokens_dir
-from prepline.tokens.tokenizer import (TOKENIZER_FILE, LoadedTokenizer, build_tokenizer, no_text, prefix_within,
+from prepline.tokens.tokenizer import (TOKENIZER_FILE, LoadedTokenizer, build_tokenizer, check_tokenizer, no_text, prefix_within,
                                        sample_streamed, texts_in_batches, train_bpe)
 from prepline.transform import ONCE, Column, FileTask, Output, Phase, Transform
 
@@ -275,7 +275,7 @@ class Tokenization(Transform):
     name = "tokenization"
     Config = TokenizationConfig
     summary = "token ids per document (num_tokens, optional tokens) and a Megatron .bin/.idx dataset for training"
-    headline = ("tokens", "empty_docs", "chunked_docs", "finish.vocab_size")
+    headline = ("document_tokens", "empty_docs", "chunked_docs", "finish.tokens_with_eod", "finish.vocab_size")
     extra = "tokenize"
 
     def input_columns(self) -> list[Column]:
@@ -290,6 +290,9 @@ class Tokenization(Transform):
     def check_on_driver(self, schema: pa.Schema, where: str) -> None:
         if not self._trained():  # a missing or broken tokenizer fails before any data is read
             build_tokenizer(self.config.tokenizer, self.config.eos_token)
+
+    def check_resources(self) -> None:
+        check_tokenizer(self.config.tokenizer, self.config.eos_token)  # ('' and run:<stage> pass: made by the run)
 
     # pre-phases (tokenizer='' only) ------------------------------------------------------------
     def phases(self) -> list[Phase]:
@@ -367,7 +370,9 @@ class Tokenization(Transform):
             tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32()), type=pa.list_(pa.int32()))
             table = table.append_column(c.tokens_column, tokens)
         table = table.append_column(c.num_tokens_column, pa.array(counts, pa.int64()))
-        counters = {"tokens": int(counts.sum()), "empty_docs": int((counts == 0).sum()), "chunked_docs": chunked,
+        # document_tokens: the documents' own tokens (the num_tokens column's sum); the .bin adds one
+        # end-of-document token per non-empty document (finish: tokens_with_eod, what Megatron counts)
+        counters = {"document_tokens": int(counts.sum()), "empty_docs": int((counts == 0).sum()), "chunked_docs": chunked,
                     "fast_encoded_docs": len(counts) if self._enc.fast is not None else 0, "reencoded_texts": again}
         return Output.of(table, counters=counters)
 

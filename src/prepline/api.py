@@ -17,7 +17,7 @@ from typing import Any
 
 from prepline import metadata, registry
 from prepline.config import ParamInfo
-from prepline.errors import InputError
+from prepline.errors import InputError, RunFailed
 from prepline.registry import Plugin
 
 __all__ = ["StageMetadata", "Totals", "TransformInfo", "compile_pipeline", "describe", "list_transforms", "load_pipeline", "read_metadata",
@@ -123,7 +123,7 @@ def read_metadata(path: str) -> StageMetadata:
 
 def run(transform: str, input: str, output: str, *, params: dict | None = None, runtime: str = "local", workers: int = 0,
         cpus_per_worker: float = 1.0, ray_address: str | None = None, max_failed_files: int = 0, task_retries: int = 2,
-        overwrite: bool = False, progress: bool = False, **transform_params: Any) -> StageMetadata:
+        overwrite: bool = False, progress: bool = False, workers_over_cpus: bool = False, **transform_params: Any) -> StageMetadata:
     """Run ``transform`` over ``input`` into ``output`` (what ``prepline run`` does) and return its metadata.
 
     Transform parameters come as keywords (``min_chars=10``) or as ``params={...}`` (keywords win);
@@ -133,7 +133,7 @@ def run(transform: str, input: str, output: str, *, params: dict | None = None, 
 
     opts = RunOptions(input=str(input), output=str(output), runtime=runtime, workers=workers, cpus_per_worker=cpus_per_worker,
                       ray_address=ray_address, max_failed_files=max_failed_files, task_retries=task_retries,
-                      overwrite=overwrite, progress=progress)
+                      overwrite=overwrite, progress=progress, workers_over_cpus=workers_over_cpus)
     result = run_transform(transform, {**(params or {}), **transform_params}, opts)  # checked by Config.from_params
     return _stage_metadata(result.metadata, result.output, result.resumed)
 
@@ -168,12 +168,17 @@ def compile_pipeline(spec, output_dir: str | Path) -> list[Path]:
 def run_pipeline(spec, work_root: str | Path, input: str | None = None, **params: Any) -> Path:
     """Run a spec on this machine (kfp's local runner, a local Ray head per stage), as ``prepline
     pipeline run my.yaml --local`` does; ``params`` are pipeline parameters (``languages=["en"]``).
-    Without ``input`` the bundled sample is built. Returns the folder of the stages' outputs."""
-    from prepline.kfp.local import run_local
-    from prepline.pipeline_cli import local_args
+    Without ``input`` the bundled sample is built. Returns the run folder,
+    ``<work_root>/stages/<run id>/`` (its stages' outputs and metadata.json, plan.json, report.html)."""
+    from prepline.kfp import local as kfp_local
+    from prepline.pipeline_cli import RunFolder, local_args
     from prepline.pipelines.factory import spec_pipeline
 
     spec = spec if not isinstance(spec, (str, Path, dict)) else load_pipeline(spec)
     work = Path(work_root).resolve()
-    run_local(spec.name, local_args(work, input, params), str(work / "kfp"), pipeline=spec_pipeline(spec))
-    return work / "stages"
+    args = local_args(work, input, params)
+    with RunFolder(work / "stages", args, spec.name) as run:
+        kfp_local.run_local(spec.name, args, str(work / "kfp"), pipeline=spec_pipeline(spec))
+    if run.folder is None:
+        raise RunFailed(f"the run of {spec.name} wrote no run folder under {work / 'stages'}", "see the tasks' logs under " + str(work / "kfp"))
+    return run.folder

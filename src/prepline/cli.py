@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import sys
 import time
@@ -28,7 +29,7 @@ def _add_param_options(parser: argparse.ArgumentParser, params: list[ParamInfo])
     for p in params:
         flag = "--" + p.name.replace("_", "-")
         default = list(p.default) if p.type is list else p.default
-        helptext = f"{p.help} (default: {json.dumps(default)})"
+        helptext = f"{p.help} (default: {json.dumps(default)})".replace("%", "%%")  # argparse formats help with %
         if p.type is list:
             group.add_argument(flag, dest=p.name, action="append", metavar="VALUE", help=helptext + "; repeat for several")
         elif p.type is bool:
@@ -47,7 +48,10 @@ def _run_parser(transform: str | None) -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help="input folder or s3://bucket/prefix")
     p.add_argument("--output", required=True, help="output folder (mirrors the input tree) + metadata.json")
     p.add_argument("--runtime", choices=("local", "ray"), default="local", help="local processes or a Ray cluster (default: local)")
-    p.add_argument("--workers", type=int, default=0, help="parallel workers (default 0: one per CPU)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="parallel workers (default 0: one per CPU); a local run takes at most one per usable CPU")
+    p.add_argument("--workers-over-cpus", action="store_true",
+                   help="allow a local run more workers than CPUs, up to 8 per CPU (also PREPLINE_WORKERS_OVER_CPUS=1)")
     p.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs each Ray worker reserves (default 1)")
     p.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
     p.add_argument("--max-failed-files", type=int, default=0,
@@ -97,13 +101,42 @@ def params_from_args(args: argparse.Namespace, config: type) -> dict[str, Any]:
 
 def _prestart_pool(name: str, argv: list[str]) -> None:
     """A local run on several workers: start the pool's processes before the driver imports pyarrow
-    and the transform, so their start-up overlaps it (prepline.runtime.procs)."""
+    and the transform, so their start-up overlaps it (prepline.runtime.procs). Only for a command
+    that will run: a valid --workers within the CPU bound, a local input that exists, an --output
+    given; anything else starts no process here (the run's own checks then report it, and a run
+    that gets that far starts its pool after them)."""
+    import os
+
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--runtime", default="local")
     pre.add_argument("--workers", default="0")
+    pre.add_argument("--workers-over-cpus", action="store_true")
+    pre.add_argument("--input", default=None)
+    pre.add_argument("--output", default=None)
     pre.add_argument("-h", "--help", action="store_true")
-    known, _ = pre.parse_known_args(argv)
-    if known.help or known.runtime != "local" or not known.workers.isdigit():
+    try:
+        known, _ = pre.parse_known_args(argv)
+    except SystemExit:  # a malformed command: the real parser says what is wrong
+        return
+    if known.help or known.runtime != "local" or not known.workers.isdigit() or not known.input or not (known.output or "").strip():
+        return
+    from prepline.data_access import scheme_of
+    from prepline.runtime.options import check_workers
+
+    try:
+        check_workers(int(known.workers), "local", known.workers_over_cpus)
+    except ConfigError:
+        return
+    import importlib.util
+
+    if not name.isidentifier() or name.startswith("_") or importlib.util.find_spec(f"prepline.transforms.{name}") is None:
+        return  # not a built-in transform (a plug-in, or a typo the run reports): its pool starts after the checks
+    inp = known.input
+    if scheme_of(inp) is not None:
+        return  # a remote input is checked by the run (a request, with its credentials), before its pool starts
+    if inp.lower().startswith("file://"):
+        inp = inp[len("file://"):]
+    if not os.path.exists(os.path.expanduser(inp)):
         return
     from prepline.runtime.procs import prestart
 
@@ -148,6 +181,7 @@ def _cmd_run(argv: list[str]) -> int:
         **({"task_timeout": args.task_timeout} if args.task_timeout is not None else {}),
         overwrite=args.overwrite,
         progress=not args.no_progress,
+        workers_over_cpus=args.workers_over_cpus,
     )
     from prepline.progress import Progress
     from prepline.tables import print_summary
@@ -187,7 +221,8 @@ def describe_markdown(name: str) -> str:
     for p in cls.Config.params():
         d = list(p.default) if p.type is list else p.default
         choices = f" One of: {', '.join(map(str, p.choices))}." if p.choices else ""
-        lines.append(f"| `{p.name}` | {p.type_name} | `{json.dumps(d, ensure_ascii=False)}` | {p.help}.{choices} |")
+        text = html.escape(p.help, quote=False)  # `<code>` is text, not an HTML tag, in Markdown
+        lines.append(f"| `{p.name}` | {p.type_name} | `{json.dumps(d, ensure_ascii=False)}` | {text}.{choices} |")
     return "\n".join(lines) + "\n"
 
 
@@ -235,11 +270,14 @@ def cmd_compile(argv: list[str]) -> int:
     from prepline import images, registry
 
     ap = argparse.ArgumentParser(prog="prepline compile",
-                                 description="Compile every component and pipeline into compiled/ and the Elyra catalog into "
-                                             "elyra_templates/, every image from one registry and tag.")
+                                 description="Compile every component and pipeline into compiled/, the Elyra catalog into "
+                                             "elyra_templates/ and deploy/'s images into deploy/images/, every image from one "
+                                             "registry and tag.")
     ap.add_argument("--output", default="compiled", help="folder of the KFP files (default: compiled/ in the current folder, e.g. the repository's)")
     ap.add_argument("--elyra-output", default="elyra_templates",
                     help="folder of the Elyra catalog and templates (default: elyra_templates/ in the current folder)")
+    ap.add_argument("--deploy-output", default=images.DEPLOY_IMAGES,
+                    help=f"folder of deploy/'s image settings, a kustomize component (default: {images.DEPLOY_IMAGES} in the current folder)")
     ap.add_argument("--registry", default=images.REGISTRY, help=f"image registry/prefix of the runtime images (default {images.REGISTRY})")
     ap.add_argument("--tag", default=images.VERSION, help=f"image tag (default {images.VERSION})")
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 when a generated file is stale")
@@ -253,18 +291,37 @@ def cmd_compile(argv: list[str]) -> int:
 
     image_set = images.ImageSet(a.registry, a.tag)
     plugins = not a.builtins_only
-    diffs = sync_compiled(Path(a.output), check=a.check, images=image_set, plugins=plugins)
-    diffs += [f"elyra {d}" for d in sync_elyra(Path(a.elyra_output), check=a.check, images=image_set, plugins=plugins)]
+    from prepline.gentree import as_written
+
+    shown = (lambda ds: ds) if a.check else as_written  # once written, say so: not "missing:"
+    diffs = shown(sync_compiled(Path(a.output), check=a.check, images=image_set, plugins=plugins))
+    diffs += [f"elyra {d}" for d in shown(sync_elyra(Path(a.elyra_output), check=a.check, images=image_set, plugins=plugins))]
+    diffs += [f"deploy {d}" for d in shown(images.sync_deploy(Path(a.deploy_output), check=a.check, images=image_set))]
     if plugins and (found := sorted(set(registry.names()) - set(registry.builtin_names()))):
         print("plug-ins included: " + ", ".join(f"{n} ({registry.origin(n).distribution})" for n in found))
     for d in diffs:
         print(d)
     if a.check and diffs:
-        print("error: compiled/ or elyra_templates/ is stale\n  fix: run `prepline compile` and commit them", file=sys.stderr)
+        if plugins and found and not _compile_diffs(a, image_set, plugins=False):
+            print(f"error: {a.output}/ and {a.elyra_output}/ hold the built-in transforms only; --check compared them with the "
+                  f"installed plug-in(s) too ({', '.join(found)})\n  fix: prepline compile --check --builtins-only "
+                  f"(your own catalog: prepline compile --output <folder> --elyra-output <folder>)", file=sys.stderr)
+        else:
+            print("error: compiled/, elyra_templates/ or deploy/images/ is stale\n  fix: run `prepline compile` and commit them", file=sys.stderr)
         return EXIT_FAILED
     if not a.check:
         print("images: " + ", ".join(f"{k} {v}" for k, v in image_set.all().items()))
     return 0
+
+
+def _compile_diffs(a: argparse.Namespace, image_set, plugins: bool) -> list[str]:
+    from pathlib import Path
+
+    from prepline.elyra_pipeline import sync as sync_elyra
+    from prepline.kfp.compile import sync_compiled
+
+    return (sync_compiled(Path(a.output), check=True, images=image_set, plugins=plugins)
+            + sync_elyra(Path(a.elyra_output), check=True, images=image_set, plugins=plugins))
 
 
 def cmd_pipeline(argv: list[str]) -> int:
@@ -277,7 +334,8 @@ def cmd_report(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="prepline report",
                                  description="Write the HTML report of a pipeline run (charts of every stage's documents, removals, "
                                              "languages, time and the training loss) from its run folder.")
-    ap.add_argument("run", help="the run folder, <work_root>/<run id> (a local path or s3:// URI)")
+    ap.add_argument("run", help="the run folder (a local path or s3:// URI): after `prepline pipeline run --local` it is "
+                                "<--work-root>/stages/<run id>, e.g. runs/pipeline/stages/<run id>; on KFP, <work_root parameter>/<run id>")
     ap.add_argument("--output", default=None, help="where to write the HTML (default: <run>/report.html)")
     a = ap.parse_args(argv)
     from prepline.report import write_report
@@ -295,7 +353,7 @@ def cmd_clusters(argv: list[str]) -> int:
     ap.add_argument("action", choices=("list", "sweep"))
     ap.add_argument("--provider", default="local", choices=("local", "kuberay"))
     ap.add_argument("--provider-json", default="{}", help='provider options, e.g. {"server": "http://kuberay-apiserver:8888"}')
-    ap.add_argument("--namespace", default="default")
+    ap.add_argument("--namespace", default="", help="kuberay: the namespace of the clusters (default: provider_json's, else this pod's, else 'default')")
     ap.add_argument("--older-than", type=float, default=6.0, help="sweep: only clusters created more than this many hours ago (default 6)")
     ap.add_argument("--run", default=None, help="only clusters of this run id")
     ap.add_argument("--dry-run", action="store_true", help="sweep: say what would be deleted")

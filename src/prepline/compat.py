@@ -34,9 +34,13 @@ FEATURES = [
             "kubeflow/pipelines 2.17 release"),
     Feature("KubeRay", "API server V2 (RayCluster proxy, service proxy)", "1.4.0", "provider kuberay (api_version v2)",
             "apiserversdk/proxy.go"),
-    Feature("KubeRay", "HeadPodReady / ReplicaFailure conditions (fail fast with the reason; feature gate "
-            "RayClusterStatusConditions, on by default from 1.3.0, alpha in 1.2)", "1.3.0",
+    Feature("KubeRay", "HeadPodReady / ReplicaFailure conditions (a head pod that cannot be created or scheduled fails "
+            "after pending_grace_seconds; feature gate RayClusterStatusConditions, on by default from 1.3.0, alpha in 1.2)", "1.3.0",
             "provider kuberay", "ray-operator/pkg/features/features.go, raycluster_controller.go"),
+    Feature("KubeRay", "HeadPodReady carries the head container's waiting reason (ErrImagePull, CrashLoopBackOff, "
+            "CreateContainerConfigError: fail fast without reading pods; 1.3.0 to 1.5.0 say only ContainersNotReady, so "
+            "there the start step needs get/list on pods, deploy/, to fail fast)", "1.5.1",
+            "provider kuberay without pod access", "ray-operator/controllers/ray/utils/util.go (kuberay #4196)"),
     Feature("Kubeflow Trainer", "TrainJob activeDeadlineSeconds and numProcPerNode", "2.2.0",
             "fine_tune train_mode=cluster", "pkg/apis/trainer/v1alpha1/trainjob_types.go"),
     Feature("Elyra", "custom-component nodes: Data Volumes (PVC) apply, Kubernetes secrets and env vars do not", "4.1.1",

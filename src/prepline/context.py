@@ -73,6 +73,8 @@ class WorkerSpec:
     output: str
     phase: str
     state: dict = field(default_factory=dict)
+    #: the run's fencing token (:class:`prepline.runtime.lock.Fence`): every write to the output checks it first
+    fence: Any = None
 
 
 class PhaseContext:
@@ -82,6 +84,7 @@ class PhaseContext:
         self.spec = spec
         self.input: Location = open_location(spec.input)
         self.output: Location = open_location(spec.output)
+        self.output.fence = spec.fence
         self.work: Location = self.output.sub(f"{WORK}/work")
         self.state = spec.state
         self.num_shards = num_shards

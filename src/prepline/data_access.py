@@ -91,7 +91,8 @@ class LocalLocation(Location):
                         continue
                     walk(e.path, r, seen | {ident})
                 elif e.is_file(follow_symlinks=True):
-                    out.append(FileInfo(r, e.stat().st_size))
+                    st = e.stat()
+                    out.append(FileInfo(r, st.st_size, _local_tag(st)))
 
         start = self.path(rel_prefix)
         try:
@@ -121,6 +122,7 @@ class LocalLocation(Location):
         try:
             with open(tmp, "wb") as f:
                 yield f
+            self.check_fence()
             os.replace(tmp, self.path(rel))
         finally:
             if os.path.exists(tmp):
@@ -139,12 +141,20 @@ class LocalLocation(Location):
         p = self.path(rel)
         return os.path.getsize(p) if os.path.isfile(p) else None
 
+    def file_info(self, rel: str = "") -> FileInfo | None:
+        p = self.path(rel)
+        if not os.path.isfile(p):
+            return None
+        st = os.stat(p)
+        return FileInfo(rel or os.path.basename(self.root), st.st_size, _local_tag(st))
+
     def parent_and_name(self) -> tuple[Location, str]:
         return LocalLocation(os.path.dirname(self.root)), os.path.basename(self.root)
 
     def delete(self, rel_prefix: str = "") -> None:
         import shutil
 
+        self.check_fence()
         p = self.path(rel_prefix)
         if os.path.islink(p) and os.path.isdir(p):
             # a linked folder (e.g. an output on another disk): empty it, keep the link
@@ -166,6 +176,11 @@ class LocalLocation(Location):
                 os.unlink(self.path(f.rel))
                 n += 1
         return n
+
+
+def _local_tag(st: os.stat_result) -> str:
+    """A local file's version: its modification time in ns (a rewrite changes it, a read does not)."""
+    return f"mtime_ns={st.st_mtime_ns}"
 
 
 def open_location(uri: str) -> Location:

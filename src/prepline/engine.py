@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
@@ -21,9 +22,9 @@ import pyarrow as pa
 
 from prepline import metadata, registry
 from prepline.context import FINAL, MARKERS, ONCE, WORK, PhaseContext, WorkerSpec, task_key
-from prepline.data_access import FileInfo, LocalLocation, Location, inside, open_location
+from prepline.data_access import FileInfo, LocalLocation, Location, RemoteLocation, inside, open_location
 from prepline.errors import (ConfigError, InputError, InternalError, Interrupted, OutputError, PreplineError, RunFailed,
-                             ServiceError, ServiceUnavailable, os_error)
+                             ServiceError, ServiceUnavailable, os_error, user_mistake)
 from prepline.progress import Tracker
 from prepline.runtime import Executor, RunOptions, make_executor
 from prepline.runtime.lock import LOCK, OutputLock, output_lock
@@ -46,10 +47,13 @@ ProgressFactory = Callable[[Tracker], Any]
 
 
 def fingerprint(transform: Transform, files: list[FileInfo], input_uri: str) -> str:
+    """The run's identity: transform, parameters, input, and each file's name, size and version tag
+    (local mtime, S3 ETag: :attr:`FileInfo.tag`), so that a file edited in place, even to the same
+    size, makes an unfinished run of the old file unresumable instead of mixing old and new data."""
     h = hashlib.sha256()
     h.update(json.dumps({"t": transform.name, "p": transform.config.to_dict(), "in": input_uri}, sort_keys=True, default=list).encode())
     for f in files:
-        h.update(f"{f.rel}\0{f.size}\n".encode())
+        h.update(f"{f.rel}\0{f.size}\0{f.tag}\n".encode())
     return h.hexdigest()[:16]
 
 
@@ -73,6 +77,8 @@ def list_input(inp: Location, suffixes: tuple[str, ...] = (".parquet",)) -> list
 
 def open_input(uri: str, out: Location, suffixes: tuple[str, ...]) -> tuple[Location, list[FileInfo]]:
     """The input root and its files: a folder, or a single file (its folder and its name)."""
+    if not uri.strip():
+        raise ConfigError("--input is empty (it would be the current folder)", "pass the input folder, file or s3:// URI; an unset shell variable gives an empty value")
     inp = open_location(uri)
     if inside(out, inp):
         raise ConfigError(
@@ -81,13 +87,13 @@ def open_input(uri: str, out: Location, suffixes: tuple[str, ...]) -> tuple[Loca
         )
     if inside(inp, out):
         raise ConfigError(f"input {inp.uri} is inside output {out.uri}", "choose an output folder that does not contain the input")
-    size = inp.file_size()
-    if size is None:
+    one = inp.file_info()
+    if one is None:
         return inp, list_input(inp, suffixes)
     parent, name = inp.parent_and_name()
     if not name.endswith(suffixes):
         raise InputError(f"input file {inp.uri} is not a {'/'.join(suffixes)} file", "pass a folder, or a file this transform reads")
-    return parent, [FileInfo(name, size)]
+    return parent, [FileInfo(name, one.size, one.tag)]
 
 
 @dataclass
@@ -101,6 +107,8 @@ class _Run:
     out: Location
     tasks: list[FileTask]
     fingerprint: str
+    #: rel -> [size, version tag] of every input file, kept in run.json to name what changed
+    inputs: dict[str, list]
     started: str
     t_start: float
     #: input files that failed (bad input, tolerated up to --max-failed-files)
@@ -119,7 +127,7 @@ class _Run:
     executor_stats: dict = field(default_factory=dict)
 
     def spec(self, phase: str, state: dict | None = None) -> WorkerSpec:
-        return WorkerSpec(self.name, self.transform.config.to_dict(), self.inp.uri, self.out.uri, phase, state or {})
+        return WorkerSpec(self.name, self.transform.config.to_dict(), self.inp.uri, self.out.uri, phase, state or {}, self.out.fence)
 
     @property
     def too_many_failures(self) -> bool:
@@ -136,6 +144,7 @@ def run_transform(name: str, params: dict | None, options: RunOptions, progress:
     run = _open(name, params, options)
     with output_lock(run.out) as lock:
         run.lock = lock
+        run.out.fence = lock.fence()  # every write of this run (driver and workers) checks the lock first
         done = _resume_or_refuse(run)
         if done is not None:
             return done
@@ -152,8 +161,11 @@ def _run_phases(run: _Run, progress: ProgressFactory | None) -> None:
         run.startup, run.executor_stats = time.perf_counter() - run.t_start, executor.stats
         on_driver = make_executor(replace(run.options, runtime="local", workers=1))
         for phase in run.transform.phases() + [Phase(FINAL, "files", "transform")]:
+            if phase.name == FINAL and run.transform.phases():
+                _check_input_unchanged(run)  # the plan was made from the files as they were
             if not _run_phase(run, phase, on_driver if phase.on_driver else executor, progress):
                 return
+        _check_input_unchanged(run)
         run.complete = True
     except BaseException as e:  # noqa: BLE001 - recorded in metadata.json, raised again by _conclude
         run.fatal = as_error(e, run.out.uri)
@@ -165,12 +177,30 @@ def _run_phases(run: _Run, progress: ProgressFactory | None) -> None:
             executor.close()
 
 
+def _check_input_unchanged(run: _Run) -> None:
+    """Fail the run when an input file (not one that failed) was edited, replaced or removed while
+    the run read it: the phases would have mixed the old and the new content."""
+    if open_location(run.options.input).uri == run.inp.uri:  # a folder: one listing
+        now = {f.rel: [f.size, f.tag] for f in run.inp.list_files(run.transform.input_suffixes)}
+    else:  # a single file
+        now = {rel: [f.size, f.tag] for rel in run.inputs if (f := run.inp.file_info(rel)) is not None}
+    changed = sorted(rel for rel, was in run.inputs.items() if rel not in run.failures and now.get(rel) != list(was))
+    if changed:
+        raise InputError(
+            f"input file(s) changed while the run read them: {', '.join(changed[:5])}{' …' if len(changed) > 5 else ''} "
+            "(edited, replaced or removed): the output would mix old and new content",
+            "keep the input unchanged while a run reads it, then rerun with --overwrite",
+        )
+
+
 def as_error(e: BaseException, output: str = "") -> PreplineError:
     """Any exception as a PreplineError: signals, write errors of the output, bugs."""
     if isinstance(e, PreplineError):
         return e
     if isinstance(e, KeyboardInterrupt):
         err: PreplineError = Interrupted("interrupted (Ctrl-C)", "rerun the same command to resume")
+    elif (u := user_mistake(e)) is not None:
+        err = u
     elif isinstance(e, OSError) and e.errno is not None:
         err = os_error(e, output)
     else:
@@ -180,14 +210,31 @@ def as_error(e: BaseException, output: str = "") -> PreplineError:
     return err
 
 
+def check_output_path(raw: str, out: Location) -> None:
+    """Refuse an --output that can only be a mistake, before anything is written there: empty (an
+    unset shell variable: the current folder), the file system's root, a bucket's root."""
+    if not raw.strip():
+        raise ConfigError("--output is empty (it would be the current folder)",
+                          "pass the output folder (a new or empty one, or an earlier prepline output); an unset shell variable gives an empty value")
+    if isinstance(out, LocalLocation):
+        real = os.path.realpath(out.path())
+        if os.path.dirname(real) == real:
+            raise ConfigError(f"--output {raw!r} is the root of the file system ({real})",
+                              "pass a folder of its own for the output, e.g. /data/out (an unset shell variable in \"$OUT/\" gives /)")
+    elif isinstance(out, RemoteLocation) and not out.prefix:
+        raise ConfigError(f"--output {out.uri} is the root of a bucket", f"pass a folder of its own in the bucket, e.g. {out.uri}/<name>")
+
+
 def _open(name: str, params: dict | None, options: RunOptions) -> _Run:
     """Build the transform (parameters checked), check the paths and list the input."""
     t_start, started = time.perf_counter(), metadata.now_iso()
     transform = registry.build(name, params or {})
     out = open_location(options.output)
+    check_output_path(options.output, out)
     inp, files = open_input(options.input, out, transform.input_suffixes)
     tasks = [FileTask(inp.path(f.rel), f.rel, f.size) for f in files]
-    return _Run(name, transform, options, inp, out, tasks, fingerprint(transform, files, open_location(options.input).uri), started, t_start)
+    return _Run(name, transform, options, inp, out, tasks, fingerprint(transform, files, open_location(options.input).uri),
+                {f.rel: [f.size, f.tag] for f in files}, started, t_start)
 
 
 def _resume_or_refuse(run: _Run) -> RunResult | None:
@@ -195,6 +242,7 @@ def _resume_or_refuse(run: _Run) -> RunResult | None:
     input or parameters, or a folder holding something else: refused (unless --overwrite)."""
     out = run.out
     if run.options.overwrite:
+        _check_overwrite(out)
         _clear(out)
         return None
     prior = _read_json(out, "metadata.json")
@@ -204,6 +252,7 @@ def _resume_or_refuse(run: _Run) -> RunResult | None:
         _clear(out, WORK)  # what a run killed while cleaning up left behind
         return RunResult(prior, out.uri, resumed=True)
     if run_json is not None and run_json.get("fingerprint") != run.fingerprint:
+        _refuse_changed_input(run, run_json)
         raise OutputError(
             f"output {out.uri} holds an unfinished run with other input or parameters",
             "rerun with the same parameters to resume it, or pass --overwrite to start over",
@@ -211,6 +260,57 @@ def _resume_or_refuse(run: _Run) -> RunResult | None:
     if run_json is None and any(f.rel != LOCK for f in out.list_all()):
         raise OutputError(f"output folder {out.uri} is not empty", "choose an empty folder or pass --overwrite")
     return None
+
+
+def _refuse_changed_input(run: _Run, run_json: dict) -> None:
+    """An unfinished run of the same transform and parameters whose input files were edited, added
+    or removed since: name them (resuming would mix the old files' work with the new files')."""
+    then = run_json.get("inputs")
+    params = json.loads(json.dumps(run.transform.config.to_dict(), default=list))
+    if (not isinstance(then, dict) or run_json.get("transform") != run.name or run_json.get("parameters") != params
+            or run_json.get("input") != run.inp.uri):
+        return
+    changed = sorted(k for k in then.keys() & run.inputs.keys() if list(then[k]) != list(run.inputs[k]))
+    added, gone = sorted(run.inputs.keys() - then.keys()), sorted(then.keys() - run.inputs.keys())
+    if not (changed or added or gone):
+        return
+    what = "; ".join(f"{label} {', '.join(names[:5])}{' …' if len(names) > 5 else ''}"
+                     for label, names in (("changed:", changed), ("added:", added), ("removed:", gone)) if names)
+    raise OutputError(
+        f"output {run.out.uri} holds an unfinished run whose input files changed since it started ({what}): "
+        "resuming would mix work done on the old files with the new ones",
+        "restore the input files as they were to resume, or pass --overwrite to start over with the input as it is now",
+    )
+
+
+#: how many of the files --overwrite would have deleted an error lists
+_SHOWN = 5
+
+
+def _is_prepline_output(out: Location, files: list[FileInfo]) -> bool:
+    """True when ``out`` holds a prepline run's own files: its work folder (run.json, completion
+    markers, work files, a lease) or a metadata.json that prepline wrote."""
+    if any(f.rel.startswith(WORK + "/") and f.rel != LOCK for f in files):
+        return True
+    if any(f.rel == "metadata.json" for f in files):
+        meta = _read_json(out, "metadata.json")
+        return isinstance(meta, dict) and "transform" in meta and "fingerprint" in meta
+    return False
+
+
+def _check_overwrite(out: Location) -> None:
+    """--overwrite deletes an earlier prepline output or an empty folder, nothing else: a folder of
+    other files (the current folder of an unset variable, a bucket's other objects) is refused with
+    the list of what would have been deleted."""
+    files = [f for f in out.list_all() if f.rel != LOCK]
+    if not files or _is_prepline_output(out, files):
+        return
+    shown = ", ".join(f.rel for f in files[:_SHOWN]) + (f", ... ({len(files) - _SHOWN} more)" if len(files) > _SHOWN else "")
+    raise OutputError(
+        f"output {out.uri} is not a prepline output (no metadata.json or {WORK}/ of a run): --overwrite would delete "
+        f"{len(files)} file(s) that prepline did not write: {shown}",
+        "choose a new or empty --output folder (or one an earlier prepline run wrote); delete those files yourself if they are yours to lose",
+    )
 
 
 def _clear(out: Location, under: str = "") -> None:
@@ -233,7 +333,9 @@ def _start(run: _Run) -> None:
         run.out.clean_temp_files()
     _check_first_schema(run.transform, run.inp, run.tasks[0])
     try:
-        run.out.write_bytes(f"{WORK}/run.json", json.dumps({"fingerprint": run.fingerprint, "transform": run.name}).encode())
+        run.out.write_bytes(f"{WORK}/run.json", json.dumps({"fingerprint": run.fingerprint, "transform": run.name,
+                                                             "parameters": run.transform.config.to_dict(), "input": run.inp.uri,
+                                                             "inputs": run.inputs}, default=list).encode())
     except OSError as e:
         raise os_error(e, run.out.uri) from None
 
@@ -262,6 +364,7 @@ def _phase_items(run: _Run, phase: Phase, files: list[FileTask]) -> list[Any]:
 def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFactory | None) -> bool:
     """Run one phase's pending tasks (finished ones are read back from their markers). False: stop."""
     live = [t for t in run.tasks if t.rel not in run.failures]
+    first = (run.transform.phases() + [phase])[0].name  # a file may fail (tolerated) only before any phase used it
     state: dict = {}
     if phase.name == FINAL:
         plan = run.transform.plan(run.results, live)
@@ -283,9 +386,17 @@ def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFa
         run.lock.check()  # an S3 lease taken over by another run: stop before writing more
         if "error" in r:
             log.error("%s", r["error"])
-            if isinstance(item, FileTask) and r.get("kind") == "input":  # a bad input file: tolerated up to N
+            after_plan = phase.name != first and run.transform.plan_needs_every_file
+            if isinstance(item, FileTask) and r.get("kind") == "input" and not after_plan:  # a bad input file: tolerated up to N
                 run.failures[key] = {"phase": phase.name, **r}
                 return not run.too_many_failures
+            if isinstance(item, FileTask) and r.get("kind") == "input":
+                # an earlier phase read this file into the plan (its documents may be the kept copies of
+                # duplicates in other files): the plan no longer holds, so the run fails
+                r = {**r, "error": f"{key} failed in phase '{phase.name}' after its documents went into {run.name}'s plan "
+                                   f"(phase '{first}'), which now counts on them: {r['error']}",
+                     "fix": f"repair, restore or remove {key} (a file that fails after the plan cannot be tolerated, even with "
+                            f"--max-failed-files), then rerun; if you removed it, rerun with --overwrite"}
             run.fatal_task = {"phase": phase.name, "task": key, **r}  # never tolerated: a shard, a lost worker, the storage
             run.fatal = task_error(r)
             return False
@@ -309,7 +420,7 @@ def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFa
 
 #: a task result's kind -> the error it stops the run with
 _KINDS: dict[str, type[PreplineError]] = {"input": InputError, "transient": ServiceUnavailable, "service": ServiceError,
-                                          "output": OutputError, "internal": InternalError}
+                                          "output": OutputError, "internal": InternalError, "usage": ConfigError}
 
 
 def task_error(r: dict) -> PreplineError:

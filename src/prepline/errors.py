@@ -142,10 +142,31 @@ def os_error(e: OSError, where: str = "") -> OutputError:
     return OutputError(f"cannot write {path}: {what}", fixes.get(e.errno, "check the output folder and the disk" + resume))
 
 
+def user_mistake(e: BaseException) -> PreplineError | None:
+    """A library's exception that a user's setting causes (an AWS profile that does not exist, an
+    endpoint that is not a URL, a bucket name botocore refuses), as a ConfigError; None for others.
+    The storage layer says it with more context where it can; this is the net under every command."""
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        name, text = type(x).__name__, " ".join(str(x).split())[:300]
+        if name == "ProfileNotFound":
+            return ConfigError(f"{text} (AWS_PROFILE)", "set AWS_PROFILE to a profile of ~/.aws/config, or unset it")
+        if name == "ParamValidationError":
+            return ConfigError(text, "check the s3:// URI: bucket names are 3-63 lowercase letters, digits, dots and hyphens")
+        if isinstance(x, ValueError) and text.startswith("Invalid endpoint"):
+            return ConfigError(text, "write the S3 endpoint as a URL: http://host:port or https://host")
+        x = x.__cause__ or x.__context__
+    return None
+
+
 def exit_code(e: BaseException) -> int:
     """The exit code of any exception: a PreplineError's own, 130 for Ctrl-C, 70 for the rest (bugs)."""
     if isinstance(e, PreplineError):
         return e.exit_code
+    if (u := user_mistake(e)) is not None:
+        return u.exit_code
     if isinstance(e, KeyboardInterrupt):
         return EXIT_INTERRUPTED
     return EXIT_INTERNAL
@@ -157,6 +178,8 @@ def user_message(e: BaseException) -> str:
         return f"error: {e.message}" + (f"\n  fix: {e.fix}" if e.fix else "")
     if isinstance(e, KeyboardInterrupt):
         return "error: interrupted\n  fix: rerun the same command to resume"
+    if (u := user_mistake(e)) is not None:
+        return user_message(u)
     text = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
     return (f"error: unexpected {type(e).__name__}" + (f": {text}" if text else "")
             + "\n  fix: rerun with --debug for the traceback and report it (this is a bug)")

@@ -46,6 +46,19 @@ def sync_tree(generate: Generator, target: Path, patterns: Iterable[str], check:
     return diffs
 
 
+#: what a difference became once the files are written
+_WRITTEN = {"missing": "written", "changed": "updated", "stale": "removed"}
+
+
+def as_written(diffs: list[str]) -> list[str]:
+    """:func:`sync_tree`'s differences as what writing did (``missing: a`` -> ``written: a``)."""
+    out = []
+    for d in diffs:
+        kind, sep, rest = d.partition(": ")
+        out.append(f"{_WRITTEN.get(kind, kind)}{sep}{rest}")
+    return out
+
+
 def write_files(files: dict[str, str]) -> Generator:
     """A generator for :func:`sync_tree` from ``{relative path: text}``."""
 
@@ -63,7 +76,7 @@ def script_main(doc: str, label: str, script: str, sync: Callable[[bool], list[s
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 on any difference")
     a = ap.parse_args(argv)
     diffs = sync(a.check)
-    for d in diffs:
+    for d in (diffs if a.check else as_written(diffs)):
         print(d)
     if a.check and diffs:
         print(f"{label} is stale: run {script}", file=sys.stderr)

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-from dataclasses import dataclass
-from typing import IO, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,6 +40,10 @@ PARQUET_READ_OPTIONS = dict(page_checksum_verification=True, pre_buffer=False)
 class FileInfo:
     rel: str  # relative to the location's root, '/'-separated
     size: int
+    #: what identifies this version of the file beyond its size, from the listing itself ('' unknown):
+    #: locally the modification time in ns, on S3 the ETag (another store: its etag, generation or
+    #: mtime). A resume compares it, so a file edited in place (same size) is not taken for the old one.
+    tag: str = field(default="", compare=False)
 
 
 class StorageError(InputError):
@@ -73,6 +77,14 @@ class Location:
     """A folder, local or remote. Use :func:`prepline.data_access.open_location`."""
 
     uri: str
+    #: a run's fencing (:class:`prepline.runtime.lock.Fence`): called right before every write is
+    #: committed and every delete; raises when the run no longer holds its output's lock, so a run
+    #: that lost it (paused past its lease, taken over) never writes into the output again
+    fence: Callable[[], None] | None = None
+
+    def check_fence(self) -> None:
+        if self.fence is not None:
+            self.fence()
 
     def path(self, rel: str = "") -> str:
         raise NotImplementedError
@@ -93,6 +105,11 @@ class Location:
         """The size of the file at ``rel`` ('' the root itself), None when it is not a file."""
         raise NotImplementedError
 
+    def file_info(self, rel: str = "") -> FileInfo | None:
+        """The file at ``rel`` ('' the root itself) with its size and :attr:`FileInfo.tag`, None
+        when it is not a file."""
+        raise NotImplementedError
+
     def parent_and_name(self) -> tuple["Location", str]:
         """The folder holding the root and the root's own name (for a root that is one file)."""
         raise NotImplementedError
@@ -109,8 +126,10 @@ class Location:
         raise NotImplementedError
 
     def sub(self, rel: str) -> "Location":
-        """The folder ``rel`` below this one, as a location of the same kind."""
-        return self.at(self.path(rel))
+        """The folder ``rel`` below this one, as a location of the same kind (and the same fence)."""
+        loc = self.at(self.path(rel))
+        loc.fence = self.fence
+        return loc
 
     def at(self, uri: str) -> "Location":
         """A location of the same kind (and settings) rooted at ``uri``."""
@@ -200,7 +219,13 @@ class ParquetSink:
         self.rows += table.num_rows
 
     def close(self) -> None:
-        (self._writer or self._open(None)).close()
+        writer = self._writer or self._open(None)
+        writer.close()
+        # the rows the file holds, from its footer as written (a table without columns writes none
+        # of its rows): counts are derived from what was written, not from what was handed over
+        written = getattr(getattr(writer, "writer", None), "metadata", None)
+        if written is not None:
+            self.rows = written.num_rows
 
     def abandon(self) -> None:
         with contextlib.suppress(Exception):

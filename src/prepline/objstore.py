@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -84,6 +86,11 @@ class S3Settings:
                               "fix the environment variable")
         if not 5 <= s.part_mb <= 5120:
             raise ConfigError(f"PREPLINE_S3_PART_MB={s.part_mb}: S3 parts are 5 MiB to 5 GiB", "set it between 5 and 5120")
+        if endpoint and not re.match(r"^https?://[^/\s]+", endpoint, re.IGNORECASE):
+            var = next(k for k in ("PREPLINE_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") if env.get(k) == endpoint)
+            raise ConfigError(f"{var}={endpoint!r} is not a URL (no http:// or https://)",
+                              f"set {var}=http://{endpoint.split('://')[-1]} (or https://...)")
+        _check_profile(env.get("AWS_PROFILE") or "", env.get("AWS_CONFIG_FILE") or "", env.get("AWS_SHARED_CREDENTIALS_FILE") or "")
         return s
 
     def botocore_config(self) -> dict:
@@ -153,6 +160,41 @@ def _why(ctx) -> str:
     code = (ctx.parsed_response or {}).get("Error", {}).get("Code")
     status = getattr(ctx.http_response, "status_code", None)
     return f"{status} {code}".strip() if code or status else "no answer"
+
+
+@functools.lru_cache(maxsize=16)
+def _check_profile(profile: str, config_file: str, credentials_file: str) -> None:
+    """AWS_PROFILE must name a profile of the AWS config or credentials file (botocore would raise
+    ProfileNotFound at the first request)."""
+    if not profile:
+        return
+    import botocore.session
+
+    try:
+        known = botocore.session.Session().available_profiles
+    except Exception:  # noqa: BLE001 - an unreadable config file: botocore says so at the request
+        return
+    if profile not in known:
+        raise ConfigError(f"AWS_PROFILE={profile!r} is not a profile of the AWS config or credentials files"
+                          f" (profiles: {', '.join(sorted(known)) or 'none'})",
+                          "set AWS_PROFILE to one of them, or unset it and pass AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY")
+
+
+#: S3 bucket names (docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html): 3-63 characters,
+#: lowercase letters, digits, dots and hyphens, a letter or digit at each end, no '..', not an IP address
+_BUCKET_AWS = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+#: what botocore accepts at all (older, looser names that S3-compatible stores may still serve)
+_BUCKET_ANY = re.compile(r"^[A-Za-z0-9._-]{1,255}$")
+
+
+def check_bucket(bucket: str, uri: str, endpoint: str | None) -> None:
+    """A ConfigError for a bucket name S3 cannot have: AWS's rules when no endpoint is set, else the
+    looser names botocore sends (other stores answer for themselves)."""
+    fix = "bucket names are 3-63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit"
+    if not _BUCKET_ANY.match(bucket):
+        raise ConfigError(f"'{uri}': {bucket!r} is not a valid S3 bucket name", fix)
+    if endpoint is None and (not _BUCKET_AWS.match(bucket) or ".." in bucket or re.match(r"^\d+\.\d+\.\d+\.\d+$", bucket)):
+        raise ConfigError(f"'{uri}': {bucket!r} is not a valid S3 bucket name", fix)
 
 
 def _num(name: str, default, kind):
@@ -287,6 +329,9 @@ def translate(exc: BaseException, what: str, loc: "RemoteLocation") -> BaseExcep
     """A storage library's exception as prepline's: transient, missing bucket, denied, missing file."""
     if isinstance(exc, (TransientStorageError, StorageDenied, InputError, ConfigError)):
         return exc
+    user = _user_mistake(exc, loc)
+    if user is not None:
+        return user
     cause = transient_cause(exc)
     if cause is not None:
         return TransientStorageError(
@@ -306,6 +351,18 @@ def translate(exc: BaseException, what: str, loc: "RemoteLocation") -> BaseExcep
     if isinstance(exc, FileNotFoundError):
         return FileNotFoundError(what)
     return exc
+
+
+def _user_mistake(exc: BaseException, loc: "RemoteLocation") -> ConfigError | None:
+    """What the user typed or set, refused by botocore or the store: a usage error, not a bug."""
+    for e in _chain(exc):
+        name = type(e).__name__
+        if name == "ProfileNotFound":
+            return ConfigError(f"{_first_line(e)} (AWS_PROFILE)", "set AWS_PROFILE to a profile of ~/.aws/config, or unset it")
+        if name == "ParamValidationError" or _error_code(e)[0] in ("InvalidBucketName", "InvalidURI"):
+            return ConfigError(f"{loc.uri}: {' '.join(str(e).split())[:300]}",
+                               "bucket names are 3-63 lowercase letters, digits, dots and hyphens; check the URI")
+    return None
 
 
 def _endpoint(loc: "RemoteLocation") -> str:
@@ -331,6 +388,21 @@ def _translated(what: str, loc: "RemoteLocation") -> Iterator[None]:
 
 
 # -- locations ------------------------------------------------------------------------------------
+
+
+#: listing fields that identify an object's version, in order of preference: S3 (s3fs: ``ETag``, the same in a listing and a HEAD;
+#: ``VersionId``), GCS (gcsfs: ``generation``, ``md5Hash``), Azure (adlfs: ``etag``), the Hub (``blob_id``),
+#: and a modification time where nothing better is listed
+_TAG_FIELDS = ("ETag", "etag", "VersionId", "generation", "md5Hash", "blob_id", "LastModified", "last_modified", "mtime")
+
+
+def remote_tag(info: dict) -> str:
+    """What identifies an object's version in an fsspec listing entry ('' when nothing does)."""
+    for k in _TAG_FIELDS:
+        v = info.get(k)
+        if v not in (None, ""):
+            return f"{k}={str(v).strip(chr(34))}"
+    return ""
 
 
 class RemoteLocation(Location):
@@ -379,7 +451,7 @@ class RemoteLocation(Location):
                     raise
                 return []
         out = [
-            FileInfo(name[len(base) + 1 :], int(info.get("size") or 0))
+            FileInfo(name[len(base) + 1 :], int(info.get("size") or 0), remote_tag(info))
             for name, info in found.items()
             if info.get("type") != "directory" and name.startswith(base + "/") and not name.endswith("/")
         ]
@@ -398,6 +470,18 @@ class RemoteLocation(Location):
                 return None
         return int(info["size"]) if info.get("type") == "file" else None
 
+    def file_info(self, rel: str = "") -> FileInfo | None:
+        with _translated(f"looking up {self.path(rel)}", self):
+            try:
+                info = self.fs.info(self._p(rel))
+            except FileNotFoundError as e:
+                if _not_found_bucket(e):
+                    raise
+                return None
+        if info.get("type") != "file":
+            return None
+        return FileInfo(rel or self.prefix.rpartition("/")[2], int(info["size"]), remote_tag(info))
+
     def parent_and_name(self) -> tuple[Location, str]:
         head, _, name = self.prefix.rpartition("/")
         return self.at(f"{self.scheme}://{self.bucket}/{head}".rstrip("/")), name
@@ -408,9 +492,12 @@ class RemoteLocation(Location):
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         with _translated(f"writing {self.path(rel)}", self):
+            self.check_fence()
             self.fs.pipe_file(self._p(rel), bytes(data))
 
     def delete(self, rel_prefix: str = "") -> None:
+        with _translated(f"deleting {self.path(rel_prefix)}", self):
+            self.check_fence()
         keys = [self._p(f.rel) for f in self.list_all(rel_prefix)]
         if rel_prefix.strip("/") and self.file_size(rel_prefix) is not None:
             keys.insert(0, self._p(rel_prefix))  # a single object at exactly that name
@@ -435,6 +522,8 @@ class RemoteLocation(Location):
             f = self.fs.open(self._p(rel), "wb")
         try:
             yield f
+            with _translated(what, self):
+                self.check_fence()  # before the upload is completed: a run that lost its output discards it
         except BaseException:
             with contextlib.suppress(Exception):
                 f.discard()  # S3: aborts the multipart upload; nothing becomes visible
@@ -491,7 +580,11 @@ class S3Location(RemoteLocation):
     """``s3://bucket/prefix``: endpoint, credentials, timeouts and retries from the environment."""
 
     def __init__(self, uri: str):
-        super().__init__("s3://" + uri.split("://", 1)[1], "s3")
+        rest = uri.split("://", 1)[1]
+        bucket = rest.partition("/")[0]
+        if bucket:
+            check_bucket(bucket, uri, S3Settings.from_env().endpoint)
+        super().__init__("s3://" + rest, "s3")
 
     def at(self, uri: str) -> "S3Location":
         return S3Location(uri)

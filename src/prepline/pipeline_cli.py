@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,13 @@ def _console():
     from rich.console import Console
 
     return Console(highlight=False)
+
+
+def _say(line: str) -> None:
+    """A line to the screen, never wrapped (paths to copy) and never through ``print``, which kfp.local
+    swaps for an indenting one while a task runs."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def _is_spec(name: str) -> bool:
@@ -128,7 +136,8 @@ def _run(a) -> int:
     times = TaskTimes()
     started = time.time()
     try:
-        secs = run_local(name, args, str(work / "kfp"), times, pipeline=pipeline, verbose=a.verbose)
+        with RunFolder(work / "stages", args, name, say=_say):
+            secs = run_local(name, args, str(work / "kfp"), times, pipeline=pipeline, verbose=a.verbose)
     except RuntimeError as e:  # kfp.local's "pipeline finished with status FAILURE ..."
         msg = strip_ansi(str(e))
         _report(print_run_counts(work / "stages", started))  # what the stages up to the failure did
@@ -152,3 +161,65 @@ def _report(run_dir) -> str | None:
     from prepline.report import write_report
 
     return write_report(run_dir)
+
+
+class RunFolder:
+    """The orientation of a local run: a header first (the pipeline, its input, where it writes),
+    then the run id and its folder as soon as the run's first task creates it (the folder is named
+    by kfp's job id, drawn when the run starts, or by the ``run_id`` parameter when one is given).
+    ``folder`` is the run folder once known (None if the run wrote nothing)."""
+
+    def __init__(self, stages_root: Path, args: dict[str, Any], name: str, say=None, poll: float = 0.5):
+        import threading
+
+        self.root, self.args, self.name, self.say, self.poll = stages_root, args, name, say, poll
+        self.folder: Path | None = None
+        self._before: set[str] = set()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def header(self) -> str:
+        from prepline.stages import run_key
+
+        given = self.args.get("run_id")
+        where = f"{self.root}/{run_key(str(given))}/" if given else f"{self.root}/<run id>/"
+        return (f"pipeline {self.name} (local): input {self.args.get('input_path', '?')}\n"
+                f"  output: {where} (stage outputs, metadata.json, report.html); each task's log: {self.root.parent / 'kfp'}/")
+
+    def _found(self) -> Path | None:
+        from prepline.stages import run_key
+
+        if self.args.get("run_id"):
+            d = self.root / run_key(str(self.args["run_id"]))
+            return d if d.is_dir() else None
+        new = [d for d in self.root.iterdir() if d.is_dir() and d.name not in self._before] if self.root.is_dir() else []
+        return min(new, key=lambda d: d.stat().st_mtime) if new else None
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.poll):
+            if self._check():
+                return
+
+    def _check(self) -> bool:
+        if self.folder is None and (d := self._found()) is not None:
+            self.folder = d
+            if self.say:
+                self.say(f"run {d.name}: {d}/")
+        return self.folder is not None
+
+    def __enter__(self) -> "RunFolder":
+        import threading
+
+        self._before = {d.name for d in self.root.iterdir()} if self.root.is_dir() else set()
+        if self.say:
+            self.say(self.header())
+        self._thread = threading.Thread(target=self._watch, name="prepline-run-folder", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._check()
+

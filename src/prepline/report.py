@@ -26,8 +26,6 @@ from prepline.data_access import Location, open_location
 from prepline.runs import METADATA, StageRun, as_location, stage_metadata, training
 
 REPORT_FILE = "report.html"
-#: languages drawn one by one in the language mix; the rest are summed as "other languages"
-TOP_LANGUAGES = 12
 
 
 # ----------------------------------------------------------------------------------------------
@@ -60,11 +58,7 @@ def languages(stages: list[StageRun]) -> list[tuple[str, dict[str, float]]]:
     if not counts:
         counts = {k.removeprefix("lang_"): v for k, v in (t.get("counters") or {}).items() if k.startswith("lang_")}
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    rows = [(k, {"documents": v}) for k, v in ranked[:TOP_LANGUAGES]]
-    rest = sum(v for _, v in ranked[TOP_LANGUAGES:])
-    if rest:
-        rows.append((f"{len(ranked) - TOP_LANGUAGES} other languages", {"documents": rest}))
-    return rows
+    return [(k, {"documents": v}) for k, v in ranked]  # every language: none summed away
 
 
 def timing(stages: list[StageRun]) -> tuple[list[tuple[str, dict[str, float]]], dict[str, str]]:
@@ -94,7 +88,7 @@ h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 6px}.muted{colo
 svg .grid{stroke:#e6e9ec}svg .tick,svg .unit{fill:#59636e}svg .row-label{fill:#1f2328}svg .value{fill:#1f2328;font-size:10px}
 svg .legend-item{cursor:pointer}svg .legend-item.off{opacity:.35}svg .off-series{display:none}
 table{border-collapse:collapse;width:100%;font-size:13px}th,td{border-bottom:1px solid #e6e9ec;padding:4px 6px;text-align:left;vertical-align:top}
-td.n{text-align:right;font-variant-numeric:tabular-nums}.bad{color:#cf222e;font-weight:600}code{font-size:12px}
+td.n{text-align:right;font-variant-numeric:tabular-nums}td.t{white-space:nowrap}.bad{color:#cf222e;font-weight:600}code{font-size:12px}
 """
 
 #: a click on a legend entry hides or shows that series (the page works without it)
@@ -129,7 +123,7 @@ def _stage_table(stages: list[StageRun], run_uri: str, relative: bool) -> str:
             f"<tr data-stage=\"{escape(s.rel)}\"><td>{escape(s.stage)}</td><td>{escape(s.branch)}</td>"
             f"<td class=\"{'' if status == 'success' else 'bad'}\">{escape(status)}</td>"
             f"<td class=\"n\">{t['docs_in']:,}</td><td class=\"n\">{t['docs_out']:,}</td><td>{escape(removed_cell(s.meta))}</td>"
-            f"<td>{escape(headline_text(s.meta))}</td><td>{escape(time_text(t))}</td><td class=\"n\">{charts.fmt(round(rate)) if rate else ''}</td>"
+            f"<td>{escape(headline_text(s.meta))}</td><td class=\"t\">{escape(time_text(t))}</td><td class=\"n\">{charts.fmt(round(rate)) if rate else ''}</td>"
             f"<td><a href=\"{escape(_href(run_uri, s.rel, relative))}\">metadata.json</a></td></tr>")
     return f"<table id=\"stages\"><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
@@ -139,9 +133,10 @@ def _cards(stages: list[StageRun], train: dict | None) -> str:
     last = [s for s in stages if s.stage == stages[-1].stage] if stages else []
     cards = [("documents in", f"{first:,}"), ("stages", f"{len(stages)}"),
              ("documents out", f"{sum(s.meta['totals']['docs_out'] for s in last):,}" + (f" ({last[0].stage})" if last else ""))]
-    tokens = sum(int((s.meta.get("finish") or {}).get("tokens", 0)) for s in stages)
+    # the .bin's count (end-of-document tokens included, as Megatron counts): the stages' tokens_with_eod
+    tokens = sum(int((s.meta.get("finish") or {}).get("tokens_with_eod", 0)) for s in stages)
     if tokens:
-        cards.append(("tokens written", f"{tokens:,}"))
+        cards.append(("tokens written (with EOD)", f"{tokens:,}"))
     if train:
         cards.append(("training loss", f"{train.get('initial_loss', 0):.3f} → {train.get('final_loss', 0):.3f}"))
     return "<div class=\"cards\">" + "".join(f"<div class=\"card\"><span class=\"muted\">{escape(k)}</span><b>{escape(v)}</b></div>"
@@ -155,6 +150,17 @@ def _accounting(loc: Location) -> str:
     lines = accounting_lines(loc)
     return (f"<section id=\"accounting\"><h2>Every document accounted for</h2><pre>{escape(chr(10).join(lines))}</pre></section>"
             if lines else "")
+
+
+def run_identity(loc: Location, stages: list[StageRun]) -> tuple[str, str]:
+    """(pipeline name, input) of a run: from its plan.json, else the first stage's input."""
+    from prepline.runs import PLAN, _json
+
+    plan = _json(loc, PLAN) or {}
+    source = (plan.get("input") or {}).get("path") if isinstance(plan.get("input"), dict) else None
+    if not source and stages:
+        source = (stages[0].meta.get("options") or {}).get("input")
+    return str(plan.get("pipeline") or ""), str(source or "")
 
 
 def render(run: str | Path | Location, relative_links: bool = True) -> str:
@@ -181,14 +187,17 @@ def render(run: str | Path | Location, relative_links: bool = True) -> str:
         ("Training loss", charts.line("chart-loss", "training loss per step", pts, "loss", "step", "loss")
          if pts else charts.empty("chart-loss", "training loss", "no fine_tune/metrics.jsonl in this run")),
     ]
-    body = [f"<h1>prepline run {escape(run_id)}</h1>",
+    pipeline, source = run_identity(loc, stages)
+    body = [f"<h1>prepline run {escape(run_id)}" + (f" of {escape(pipeline)}" if pipeline else "") + "</h1>",
+            (f"<div class=\"muted\" id=\"run-input\">input {escape(source)}</div>" if source else ""),
             f"<div class=\"muted\">{escape(loc.uri)} · written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}</div>",
             _cards(stages, train), _accounting(loc)]
     for title, svg in sections:
         body.append(f"<section><h2>{escape(title)}</h2>{svg}</section>")
     body.append(f"<section><h2>Stages</h2>{_stage_table(stages, loc.uri, relative_links)}</section>")
+    title = f"prepline run {run_id}" + (f" of {pipeline}" if pipeline else "")
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\">"
-            f"<title>prepline run {escape(run_id)}</title><style>{_CSS}</style></head><body>{''.join(body)}"
+            f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>{''.join(body)}"
             f"<script>{_JS}</script></body></html>\n")
 
 

@@ -46,7 +46,8 @@ class PipelineParam:
 
 _ALL = [
     PipelineParam("input_path", str, REQUIRED,
-                  "Input folder or s3:// URI of Parquet files (read by a first stage; ignored when input_stage is set). Required."),
+                  "Input folder, file or s3:// URI: Parquet; ingest reads JSONL(.gz/.zst), CSV/TSV, WARC/WET and Hugging Face "
+                  "dataset shards (read by a first stage; ignored when input_stage is set). Required."),
     PipelineParam("work_root", str, REQUIRED,
                   "s3:// URI (or a folder every step and Ray pod mounts) under which every stage writes "
                   "<work_root>/<run id>/[lang=<branch>/]<stage>. Required."),
@@ -59,16 +60,16 @@ _ALL = [
     PipelineParam("text_column", str, "contents",
                   "The text column of every stage (their content_column, ingest's text_column, ${text_column} in the filter criteria)."),
     PipelineParam("from_plan", bool, False,
-                  "Take the stage's input, parameters and cluster from the run's plan.json, which the first step of a super "
+                  "Internal (set by the super pipeline). Take the stage's input, parameters and cluster from the run's plan.json, which the first step of a super "
                   "pipeline writes (params_json, overrides_json, input_stage and input_from_split are then not used)."),
     PipelineParam("params_json", str, "{}", "The transform's parameters as a JSON object (see the table above); {} for the defaults."),
     PipelineParam("overrides_json", str, "{}",
                   'Settings merged over the defaults (docs/pipelines.md): {"<stage>": {"params": {...}, "cluster": {...}, '
                   '"branches": {"<language>": {"params": {...}}}}}; "tokenizer": the shared tokenizer\'s params.'),
-    PipelineParam("branch", str, "", "Language branch this stage runs for ('' outside a per-language branch)."),
-    PipelineParam("input_stage", str, "", "Read the output of this earlier stage of the same run instead of input_path."),
+    PipelineParam("branch", str, "", "Internal (set by the super pipeline). Language branch this stage runs for ('' outside a per-language branch)."),
+    PipelineParam("input_stage", str, "", "Internal (set by the super pipeline). Read the output of this earlier stage of the same run instead of input_path."),
     PipelineParam("input_from_split", bool, False,
-                  "With input_stage: read its lang=<branch> sub-folder (the stage after lang_id's split)."),
+                  "Internal (set by the super pipeline). With input_stage: read its lang=<branch> sub-folder (the stage after lang_id's split)."),
     PipelineParam("provider", str, DEFAULT_PROVIDER,
                   "Where the Ray cluster comes from: 'kuberay' (a RayCluster through the KubeRay API server) or 'local' "
                   "(a Ray head on the machine running the step: kfp.local only, the launcher image has no Ray)."),
@@ -79,19 +80,21 @@ _ALL = [
     PipelineParam("cluster_json", str, "{}",
                   "Cluster resources as JSON: head/workers {cpu, memory, gpu, replicas}, image (default: ray_image), env, "
                   "env_from_secrets (default: every key of s3_secret_name), tolerations, node_selector, labels, "
+                  "pod_annotations (default: sidecar.istio.io/inject false), namespace (default: provider_json's), "
                   "service_account, cpus_per_worker."),
     PipelineParam("max_failed_files", int, 0, "Input files allowed to fail (listed in metadata.json); the step fails beyond that."),
     PipelineParam("timeout_seconds", int, 86400, "Maximum run time of the Ray job."),
     PipelineParam("start_timeout_seconds", int, 900, "Maximum time to wait for the cluster to accept jobs."),
     PipelineParam("s3_secret_name", str, DEFAULT_S3_SECRET,
                   "Kubernetes secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and optionally PREPLINE_S3_ENDPOINT) for the "
-                  "steps and, unless cluster_json sets env_from_secrets, for the Ray head and workers ('' = none)."),
+                  "steps and, unless cluster_json sets env_from_secrets, for the Ray head and workers. Optional: a name with no such "
+                  "secret means no credentials; never '' (Kubernetes rejects an empty secret name: every pod would fail)."),
     PipelineParam("launcher_image", str, DEFAULT_IMAGES.launcher,
                   "Image of the pipeline's steps (prepline[kfp]); set at compile time by prepline compile --registry/--tag."),
     PipelineParam("ray_image", str, DEFAULT_IMAGES.ray,
                   "Image of the Ray head and workers (cluster_json's image wins); from prepline compile --registry/--tag."),
     PipelineParam("run_id", str, "",
-                  "Run id under which the stage's paths are derived ('' = this run's own id); the SDK-chained super pipeline "
+                  "Internal (set by the SDK-chained super pipeline). Run id under which the stage's paths are derived ('' = this run's own id); the SDK-chained super pipeline "
                   "passes its run id so every child run writes under the parent's work folder."),
     # the closing fine-tune step of the super pipelines
     PipelineParam("train_mode", str, DEFAULT_TRAIN_MODE,

@@ -20,7 +20,7 @@ from dataclasses import replace
 from prepline import logs, progress
 from prepline.stage_params import check_overrides, deep_merge
 from prepline.clusters import ClusterSpec, NodeGroup, cluster_name, get_provider
-from prepline.clusters.base import LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE
+from prepline.clusters.base import DEFAULT_POD_ANNOTATIONS, LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE
 from prepline.clusters.http import Unavailable
 from prepline.errors import ConfigError, PreplineError, RunFailed
 
@@ -169,8 +169,8 @@ def cluster_spec(cluster_json: str, name: str, run_id: str = "", stage: str = ""
     """The ClusterSpec from the pipeline's cluster JSON (head/workers/image/env/secrets/tolerations ...)."""
     c = _json("cluster_json", cluster_json, {})
     known = {"namespace", "image", "head", "workers", "env", "env_from_secrets", "tolerations", "node_selector",
-             "labels", "annotations", "service_account", "image_pull_secrets", "ray_start_params", "cpus_per_worker",
-             "ray_version"}
+             "labels", "annotations", "pod_annotations", "service_account", "image_pull_secrets", "ray_start_params",
+             "cpus_per_worker", "ray_version"}
     unknown = sorted(set(c) - known)
     if unknown:
         raise ConfigError(f"cluster_json has unknown key(s) {', '.join(unknown)}", f"known keys: {', '.join(sorted(known))}")
@@ -184,6 +184,10 @@ def cluster_spec(cluster_json: str, name: str, run_id: str = "", stage: str = ""
     if branch:
         labels[LABEL_BRANCH] = branch[:63]
     kw["labels"] = {**labels, **kw.get("labels", {})}
+    if "pod_annotations" in kw:  # over the defaults (Istio's sidecar off); a JSON null removes one
+        if not isinstance(kw["pod_annotations"], dict):
+            raise ConfigError("cluster_json pod_annotations must be an object", '{"pod_annotations": {"sidecar.istio.io/inject": "true"}}')
+        kw["pod_annotations"] = {k: v for k, v in {**DEFAULT_POD_ANNOTATIONS, **kw["pod_annotations"]}.items() if v is not None}
     spec = ClusterSpec(name=name, **kw)
     if head:
         spec = replace(spec, head=head)
@@ -353,7 +357,8 @@ def stop(provider: str, provider_json: str, cluster_json: str, run_id: str, stag
     cluster_json = _stop_cluster_json(cluster_json, overrides_json, stage, branch, work_root, from_plan, run_id_override or run_id)
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     existed = _provider(provider, provider_json).delete(spec.name, spec.namespace)
-    log.info("cluster %s %s", spec.name, "deleted" if existed else "was already gone")
+    # a stage that did not start one (resumed, or its plan skips it) has no cluster: not news to lead a run with
+    log.info("cluster %s %s", spec.name, "deleted" if existed else "not running (nothing to stop)")
     return existed
 
 

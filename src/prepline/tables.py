@@ -73,10 +73,11 @@ def newest_run_dir(stages_root: Path, since: float) -> Path | None:
 def removed_cell(meta: dict) -> str:
     """Removed documents by reason (as people read them), lang_id's split, failed files."""
     tot = meta.get("totals", {})
-    parts = [", ".join(f"{reason_label(meta, k)}: {v:,}" for k, v in sorted(tot.get("removed", {}).items()))]
+    # "<reason>: N removed": a reason named like a flag (a filter's `dq_gopher_pass`) must not read as N passed
+    parts = [", ".join(f"{reason_label(meta, k)}: {v:,} removed" for k, v in sorted(tot.get("removed", {}).items()))]
     if not parts[0] and tot.get("parts"):
-        top = sorted(tot["parts"].items(), key=lambda kv: -kv[1])[:6]
-        parts = ["split into " + ", ".join(f"{k.split('=')[-1]} {v:,}" for k, v in top) + (" …" if len(tot["parts"]) > 6 else "")]
+        ranked = sorted(tot["parts"].items(), key=lambda kv: (-kv[1], kv[0]))  # every part: none hidden behind "…"
+        parts = ["split into " + ", ".join(f"{k.split('=')[-1]} {v:,}" for k, v in ranked)]
     failed = sorted(meta.get("failures") or {})
     if failed:  # a failed stage's files, or files tolerated by --max-failed-files
         parts.append(f"failed file(s): {', '.join(failed[:3])}" + (" …" if len(failed) > 3 else ""))

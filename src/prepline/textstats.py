@@ -94,8 +94,10 @@ def _split(lists: pa.Array) -> tuple[pa.Array, np.ndarray]:
 
 
 def words(text: pa.Array) -> Tokens:
-    """Whitespace-separated words of every document (empty tokens dropped)."""
-    flat, doc = _split(pc.utf8_split_whitespace(text))
+    """Whitespace-separated words of every document (empty tokens dropped). Trimmed first: pyarrow's
+    split sometimes leaves an array's last string's trailing white space on its last word
+    (:func:`prepline.minhash._word_units` says more)."""
+    flat, doc = _split(pc.utf8_split_whitespace(pc.utf8_trim_whitespace(text)))
     return _flatten(flat, doc, len(text))
 
 

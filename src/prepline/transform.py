@@ -138,6 +138,10 @@ class Transform:
     #: Metrics) and the run report: keys of metadata.json's ``totals.counters`` (``fnmatch`` patterns,
     #: e.g. ``"pii_*"``), or ``removed.<reason>``, ``plan.<key>`` (:meth:`plan_summary`), ``finish.<key>``
     headline: ClassVar[tuple[str, ...]] = ()
+    #: True when the plan counts on every file that went into it reaching the output (dedup: a file
+    #: may hold the kept copies of other files' duplicates): a file that fails after the first phase
+    #: read it then fails the run, even under --max-failed-files
+    plan_needs_every_file: ClassVar[bool] = False
 
     def __init__(self, config: TransformConfig):
         if not isinstance(config, self.Config):
@@ -181,6 +185,12 @@ class Transform:
 
     def check_on_driver(self, schema: pa.Schema, where: str) -> None:
         """Extra checks run once on the driver with the first file's schema (e.g. compile SQL)."""
+
+    def check_resources(self) -> None:
+        """Quick checks (about a second, no input data read) that what the parameters name exists and
+        loads: a tokenizer, a model file. The pipeline's plan step runs it for every stage before the
+        first one starts, so a wrong path fails the run at once instead of when its stage is reached;
+        raise a ConfigError with the fix."""
 
     # -- global transforms -----------------------------------------------------------------
     def phases(self) -> list[Phase]:

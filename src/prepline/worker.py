@@ -21,7 +21,7 @@ import pyarrow as pa
 from prepline import metadata, registry
 from prepline.config import REMOVED_DIR
 from prepline.context import FINAL, PhaseContext, WorkerSpec, short_error, task_key
-from prepline.errors import InputError, OutputError, PreplineError, ServiceError, os_error
+from prepline.errors import ConfigError, InputError, OutputError, PreplineError, ServiceError, os_error, user_mistake
 from prepline.location import ParquetSink
 from prepline.progress import Report, Sender
 from prepline.transform import FileTask, Output, Transform
@@ -136,6 +136,8 @@ def beating(key: str, sender: Sender):
 
 
 def _unexpected(e: Exception, task: Any, output: str) -> dict:
+    if (u := user_mistake(e)) is not None:  # a setting of the user's (AWS profile, endpoint, bucket name): not a bug
+        return {"error": u.message, "fix": u.fix, "kind": "usage"}
     if isinstance(e, OSError) and e.errno is not None:  # writing the output or work folder: disk full, read-only
         err = os_error(e, output)
         return {"error": err.message, "fix": err.fix, "kind": "output"}
@@ -157,6 +159,8 @@ def error_kind(e: PreplineError) -> str:
         return "service"
     if isinstance(e, OutputError):
         return "output"
+    if isinstance(e, ConfigError):
+        return "usage"
     return "error"
 
 

@@ -2,12 +2,22 @@
 RayCluster as the kubelet and the scheduler leave it (waiting reasons, lastState, PodScheduled), read
 with ``GET /api/v1/namespaces/{ns}/pods?labelSelector=ray.io/cluster=<name>`` on a port of its own:
 the KubeRay API server does not serve pods (``apiserversdk/proxy.go`` proxies ray.io resources and
-their events only)."""
+their events only).
+
+**Secrets are namespaced** (``secrets``: ``{(namespace, name): {key: value}}``): the head container's
+environment is resolved the way the kubelet does (``pkg/kubelet/kubelet_pods.go``
+``makeEnvironmentVariables``), from the pod's *own* namespace only: ``envFrom.secretRef`` and
+``env.valueFrom.secretKeyRef`` of a missing secret (or key) are skipped when ``optional``, else the
+container never starts (waiting reason ``CreateContainerConfigError``, message ``secret "<name>" not
+found`` / ``couldn't find key <key> in Secret <ns>/<name>``); envFrom keys that are not valid variable
+names are skipped. ``pod_env(ns, name)`` is what the Ray processes (and so the Ray jobs) see."""
 
 from __future__ import annotations
 
 import json
 import re
+
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")  # validation.IsEnvVarName
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -24,20 +34,74 @@ class KubeRequest:
 
 
 class FakePods:
-    """Mixed into FakeKubeRay (which has ``clusters``, ``lock``, ``requests``, ``pods_forbidden``,
+    """Mixed into FakeKubeRay (which has ``clusters``, ``secrets``, ``lock``, ``requests``, ``pods_forbidden``,
     ``_failure`` and ``_state``)."""
+
+    @staticmethod
+    def _head_container(c) -> tuple[list, list]:
+        """(env, envFrom) of the head container, V2 (the pod template) or V1 (``environment``)."""
+        if c.version == "v2":
+            ct = ((c.obj.get("spec") or {}).get("headGroupSpec") or {}).get("template", {}).get("spec", {}).get("containers") or [{}]
+            return ct[0].get("env") or [], ct[0].get("envFrom") or []
+        environment = ((c.obj.get("clusterSpec") or {}).get("headGroupSpec") or {}).get("environment") or {}
+        env = [{"name": k, "value": v} for k, v in (environment.get("values") or {}).items()]
+        env += [{"name": k, "valueFrom": {"secretKeyRef": {"name": v["name"], "key": v["key"]}}}
+                for k, v in (environment.get("valuesFrom") or {}).items() if v.get("source") == "SECRET"]
+        return env, []
+
+    def _resolve_env(self, ns: str, c) -> tuple[dict, str]:
+        """(the environment, '') or ({}, the kubelet's error) for the head container in namespace ``ns``."""
+        env_list, env_from = self._head_container(c)
+        out: dict[str, str] = {}
+        for src in env_from:
+            ref = src.get("secretRef")
+            if not ref:
+                continue
+            secret = self.secrets.get((ns, ref["name"]))
+            if secret is None:
+                if ref.get("optional"):
+                    continue
+                return {}, f'secret "{ref["name"]}" not found'
+            for k, v in secret.items():
+                if _ENV_NAME.match(src.get("prefix", "") + k):
+                    out[src.get("prefix", "") + k] = v
+        for e in env_list:
+            ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+            if ref is None:
+                out[e["name"]] = e.get("value", "")
+                continue
+            secret = self.secrets.get((ns, ref["name"]))
+            if secret is None or ref["key"] not in secret:
+                if ref.get("optional"):
+                    continue
+                return {}, (f'secret "{ref["name"]}" not found' if secret is None
+                            else f"couldn't find key {ref['key']} in Secret {ns}/{ref['name']}")
+            out[e["name"]] = secret[ref["key"]]
+        return out, ""
+
+    def pod_env(self, ns: str, name: str) -> dict:
+        """The environment the cluster's Ray processes run with ({} when the container cannot start)."""
+        with self.lock:
+            c = self.clusters.get((ns, name))
+            return self._resolve_env(ns, c)[0] if c else {}
+
+    def _config_error(self, ns: str, name: str) -> str:
+        c = self.clusters.get((ns, name))
+        return self._resolve_env(ns, c)[1] if c else ""
 
     def _pods(self, ns: str, name: str) -> list[dict]:
         """The head pod as the kubelet / scheduler leave it (only while the cluster exists)."""
         c = self.clusters.get((ns, name))
         if c is None or c.polls < 1:
             return []
-        f, state = self._failure(name), self._state(c, name)
+        f, state = self._failure(name, ns), self._state(c, name)
         status: dict = {"phase": "Running" if state == "ready" else "Pending", "conditions": []}
         cs = {"name": "ray-head", "ready": state == "ready", "restartCount": 0, "image": "rayproject/ray", "imageID": "",
               "state": {"running": {"startedAt": c.created}} if state == "ready" else {"waiting": {"reason": "ContainerCreating"}}}
         if f == "broken":
             cs["state"] = {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "does-not-exist:1.0"'}}
+        elif f == "config":
+            cs["state"] = {"waiting": {"reason": "CreateContainerConfigError", "message": self._config_error(ns, name)}}
         elif f == "oom":
             cs.update(restartCount=3, state={"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}},
                       lastState={"terminated": {"reason": "OOMKilled", "exitCode": 137}})

@@ -31,8 +31,10 @@ What it does (and what it does not):
   ClusterRole grants only get/list/watch on services/proxy
   (``helm-chart/kuberay-apiserver/templates/rbac/cluster_role.yaml``); ``proxy_create`` stands for
   the Role of deploy/ bound to the caller's token.
-* **Non-2xx bodies of V2 paths are cut short** to ``cut_short`` bytes (None: whole): the V2 proxy's
-  per-request context is cancelled when its handler returns (ray-project/kuberay issue #4060).
+* **Non-2xx answers of V2 paths break off** after ``cut_short`` bytes (None: whole): the V2 proxy's
+  per-request context is cancelled when its round trip returns (``apiserversdk/proxy.go``
+  retryRoundTripper, ray-project/kuberay issue #4060), so ``httputil.ReverseProxy`` aborts the copy:
+  the status line and the upstream ``Content-Length`` arrive, then the connection closes short of it.
 * **V1 create of an existing cluster answers 500** (``resource_manager.go`` CreateCluster wraps the
   AlreadyExists in ``util.NewInternalServerError``: gRPC Internal), not 409; a duplicate compute
   template answers 409 (``NewAlreadyExistError``).
@@ -118,8 +120,16 @@ def _grpc(code: int, message: str) -> _Reply:
 class FakeKubeRay(FakePods):
     def __init__(self, *, ready_after: int = 2, dashboard_lag: int = 2, job_steps: int = 2, token: str | None = None,
                  forbid: tuple = (), ray_version: str = "2.60.0", fail_first: int = 0, proxy_create: bool = False,
-                 cut_short: int | None = 160, pods_forbidden: bool = False, agent_lag: int = 0):
+                 cut_short: int | None = 160, pods_forbidden: bool = False, agent_lag: int = 0, secrets: dict | None = None,
+                 kuberay_version: str = "1.7.0"):
         self.ready_after, self.dashboard_lag, self.job_steps = ready_after, dashboard_lag, job_steps
+        self.secrets: dict[tuple[str, str], dict] = dict(secrets or {})
+        self.kuberay_version = kuberay_version
+        #: HeadPodReady carries the container's waiting reason from KubeRay 1.5.1 (#4196, utils/util.go)
+        version = tuple(int(x) for x in kuberay_version.split(".")[:3])
+        self.container_reasons = version >= (1, 5, 1)
+        #: the V2 proxy's retrying round trip cancels its context on return from 1.5.0 (apiserversdk/proxy.go)
+        self.breaks_errors = version >= (1, 5, 0)
         self.token, self.forbid, self.ray_version = token, set(forbid), ray_version
         self.proxy_create, self.cut_short, self.pods_forbidden = proxy_create, cut_short, pods_forbidden
         self.requests: list[Recorded] = []
@@ -127,7 +137,7 @@ class FakeKubeRay(FakePods):
         self.clusters: dict[tuple[str, str], _Cluster] = {}
         self.templates: dict[tuple[str, str], dict] = {}
         self.lock = threading.RLock()
-        self.ray = FakeRayJobs(self.lock, job_steps, ray_version, agent_lag)
+        self.ray = FakeRayJobs(self.lock, job_steps, ray_version, agent_lag, env_of=self.pod_env)
         self.jobs = self.ray.jobs
         self.dashboards = FakeDashboards(self.ray, self._head_error, self._ray_version_or_none)
         self._httpd: ThreadingHTTPServer | None = None
@@ -245,14 +255,27 @@ class FakeKubeRay(FakePods):
         rec.status = reply.status
         data = reply.body if isinstance(reply.body, (bytes, str)) else json.dumps(reply.body)
         data = data.encode() if isinstance(data, str) else data
-        if reply.status >= 300 and self.cut_short is not None and (path.startswith("/apis/ray.io/") or "/proxy" in path):
-            data = data[: self.cut_short]  # kuberay #4060: the V2 proxy may cut a non-2xx body short
+        cut = reply.status >= 300 and self.cut_short is not None and self.breaks_errors and (path.startswith("/apis/ray.io/") or "/proxy" in path)
         h.send_response(reply.status)
         h.send_header("Content-Type", reply.content_type)
-        h.send_header("Content-Length", str(len(data)))
+        h.send_header("Content-Length", str(len(data)))  # the upstream answer's length, whatever arrives of it
         for k, v in reply.headers.items():
             h.send_header(k, v)
         h.end_headers()
+        if cut and self.cut_short < len(data):
+            # kuberay #4060, apiserversdk/proxy.go: retryRoundTripper returns a non-2xx answer and cancels its context
+            # (defer cancel()), so httputil.ReverseProxy's copy of the body fails part way and it panics with
+            # http.ErrAbortHandler: the connection is closed short of the Content-Length it already sent
+            h.wfile.write(data[: self.cut_short])
+            h.wfile.flush()
+            h.close_connection = True
+            import socket
+
+            try:
+                h.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
         h.wfile.write(data)
 
     @staticmethod
@@ -285,18 +308,21 @@ class FakeKubeRay(FakePods):
         raise _k8s_status(404, "NotFound", f"the server could not find the requested resource ({method} {path})")
 
     # -- cluster state ----------------------------------------------------------------------------
-    @staticmethod
-    def _failure(name: str) -> str:
+    def _failure(self, name: str, ns: str = "") -> str:
         for k in ("broken", "oom", "quota", "unsched"):
             if k in name:
                 return k
+        if ns and self._config_error(ns, name):  # a secret the head container needs is missing in its namespace
+            return "config"
         return ""
 
     def _state(self, c: _Cluster, name: str) -> str:
-        """'' (no status yet), 'pending' or 'ready' after this many polls; never 'failed'."""
-        if c.polls <= 1:
+        """'' (no status yet), 'pending' or 'ready' after this many polls; never 'failed'. A name longer than
+        MaxRayClusterNameLength (53, utils/constant.go) is never reconciled: no status ever
+        (raycluster_controller.go returns after ValidateRayClusterMetadata fails, with a Warning event only)."""
+        if c.polls <= 1 or len(name) > 53:
             return ""
-        if c.polls <= self.ready_after or self._failure(name):
+        if c.polls <= self.ready_after or self._failure(name, ns_of(c)):
             return "pending"
         return "ready"
 
@@ -305,14 +331,28 @@ class FakeKubeRay(FakePods):
         return self._state(c, name)
 
     def _conditions(self, c: _Cluster, name: str, state: str) -> list[dict]:
-        """The conditions the operator would set (utils.FindHeadPodReadyCondition, ReplicaFailure)."""
+        """The conditions the operator would set (utils.FindHeadPodReadyCondition, ReplicaFailure), in
+        the shape of ``kuberay_version``: before 1.5.1 the head pod's PodReady reason is copied as it is
+        (``ContainersNotReady``, the kubelet's message); from 1.5.1 (kuberay #4196) a not-ready
+        container's waiting/terminated reason replaces it and its message is appended."""
         if state == "ready":
             return [{"type": "HeadPodReady", "status": "True", "reason": "HeadPodRunningAndReady", "message": ""}]
-        f = self._failure(name)
+        conds = self._conditions_new(c, name)
+        if not self.container_reasons:
+            for cond in conds:
+                if cond["type"] == "HeadPodReady" and cond["reason"] not in ("Unknown", "HeadPodNotFound"):
+                    cond.update(reason="ContainersNotReady", message=cond["message"].split("; ", 1)[0])
+        return conds
+
+    def _conditions_new(self, c: _Cluster, name: str) -> list[dict]:
+        f = self._failure(name, ns_of(c))
         if f == "broken":  # containerStatuses[ray-head].state.waiting, ErrImagePull first, then the back-off
             reason = "ErrImagePull" if c.polls <= 2 else "ImagePullBackOff"
             msg = f'containers with unready status: [ray-head]; ray-head: Back-off pulling image "does-not-exist:1.0": {reason}'
             return [{"type": "HeadPodReady", "status": "False", "reason": reason, "message": msg}]
+        if f == "config":
+            return [{"type": "HeadPodReady", "status": "False", "reason": "CreateContainerConfigError",
+                     "message": f"containers with unready status: [ray-head]; ray-head: {self._config_error(ns_of(c), name)}"}]
         if f == "oom":
             return [{"type": "HeadPodReady", "status": "False", "reason": "CrashLoopBackOff",
                      "message": "containers with unready status: [ray-head]; ray-head: back-off 40s restarting failed container=ray-head"}]

@@ -20,6 +20,10 @@ Mirrored behaviours (each from job_head.py unless said otherwise):
 Job life (not Ray's, the fake's script): PENDING on the first read, then RUNNING, then after
 ``job_steps`` more reads (or websocket ticks) SUCCEEDED; an entrypoint containing "fail_on_purpose" ends FAILED
 with a traceback, one containing "hang_forever" runs until stopped, one containing "chatty" writes a line per step.
+A job runs with its head's environment (``env_of(namespace, cluster)``: the pod's env, resolved from
+the secrets of the cluster's own namespace): one whose entrypoint reads ``s3://`` without
+``AWS_ACCESS_KEY_ID`` in it fails the way botocore does (``NoCredentialsError: Unable to locate
+credentials``), which is what an optional S3 secret missing from the cluster's namespace leads to.
 """
 
 from __future__ import annotations
@@ -48,8 +52,9 @@ def _traceback(line: str) -> str:
 class FakeRayJobs:
     """The jobs of every fake head, keyed by (namespace, cluster, submission id)."""
 
-    def __init__(self, lock: threading.RLock, job_steps: int = 2, ray_version: str = "2.60.0", agent_lag: int = 0):
+    def __init__(self, lock: threading.RLock, job_steps: int = 2, ray_version: str = "2.60.0", agent_lag: int = 0, env_of=None):
         self.lock, self.job_steps, self.ray_version, self.agent_lag = lock, job_steps, ray_version, agent_lag
+        self.env_of = env_of or (lambda ns, name: {})
         self.jobs: dict[tuple[str, str, str], dict] = {}
         self.submits = 0
 
@@ -109,7 +114,8 @@ class FakeRayJobs:
             "type": "SUBMISSION", "job_id": None, "submission_id": sid, "status": "PENDING", "entrypoint": body["entrypoint"],
             "message": "Job has not started yet.", "error_type": None, "start_time": int(time.time() * 1000), "end_time": None,
             "metadata": body.get("metadata") or {}, "runtime_env": body.get("runtime_env") or {}, "driver_info": None,
-            "entrypoint_num_cpus": body.get("entrypoint_num_cpus"), "logs": "", "reads": 0}
+            "entrypoint_num_cpus": body.get("entrypoint_num_cpus"), "logs": "", "reads": 0,
+            "env": {**self.env_of(ns, name), **((body.get("runtime_env") or {}).get("env_vars") or {})}}
         return {"job_id": sid, "submission_id": sid}
 
     def advance(self, job: dict) -> None:
@@ -125,9 +131,11 @@ class FakeRayJobs:
             job["logs"] += f"step {job['reads']}\n"
         if "hang_forever" in ep or job["reads"] <= 1 + self.job_steps:
             return
-        if "fail_on_purpose" in ep:
-            tb = ("Traceback (most recent call last):\n  File \"job.py\", line 3, in <module>\n"
-                  "    raise RuntimeError('boom: the job failed on purpose')\nRuntimeError: boom: the job failed on purpose\n")
+        no_credentials = "s3://" in ep and not job["env"].get("AWS_ACCESS_KEY_ID")
+        if "fail_on_purpose" in ep or no_credentials:
+            last = ("botocore.exceptions.NoCredentialsError: Unable to locate credentials" if no_credentials
+                    else "RuntimeError: boom: the job failed on purpose")
+            tb = f"Traceback (most recent call last):\n  File \"job.py\", line 3, in <module>\n    raise ...\n{last}\n"
             job.update(status="FAILED", error_type="JOB_ENTRYPOINT_COMMAND_ERROR", logs=job["logs"] + tb,
                        message="Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\n" + tb)
         else:
@@ -142,7 +150,7 @@ class FakeRayJobs:
 
     @staticmethod
     def view(job: dict) -> dict:
-        return {k: v for k, v in job.items() if k not in ("logs", "reads")}
+        return {k: v for k, v in job.items() if k not in ("logs", "reads", "env")}
 
     def drop(self, ns: str, name: str) -> None:
         for key in [k for k in self.jobs if k[:2] == (ns, name)]:

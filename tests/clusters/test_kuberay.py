@@ -39,6 +39,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fake_kuberay import FakeKubeRay  # noqa: E402
 
 IMAGE = "registry.example.com/prepline-ray:0.1.0"
+#: tests run in a namespace other than `default`, so that a path that ignores the namespace shows
+NS = "team-a"
 VERSIONS = ["v2", "v1"]
 
 
@@ -52,12 +54,13 @@ def make_provider(fake: FakeKubeRay, api_version: str = "v2", **kw) -> KubeRayPr
     """A provider as a KFP step in the cluster has it: jobs straight to the head Service (here: the
     fake dashboards), the pods readable through the Kubernetes API (here: the fake's)."""
     opts = {"poll_interval": 0.01, "backoff": 0.01, "backoff_max": 0.05, "timeout": 5, "connect_timeout": 2,
-            "head_url": fake.head_url, "kube": {"server": fake.kube_url}, "namespace": "default", **kw}
+            "head_url": fake.head_url, "kube": {"server": fake.kube_url}, "namespace": NS, **kw}
     return KubeRayProvider(fake.url, api_version=api_version, **opts)
 
 
 def make_spec(name: str = "pl-doc-id-en-1", **kw) -> ClusterSpec:
     kw.setdefault("image", IMAGE)
+    kw.setdefault("namespace", NS)
     kw.setdefault("labels", {LABEL_RUN: "run-1", LABEL_STAGE: "doc_id"})
     return ClusterSpec(name=name, **kw)
 
@@ -87,27 +90,27 @@ def _lifecycle(fake, version, access):
     p = make_provider(fake, version, job_access=access)
     spec = make_spec()
     info = p.create(spec)
-    assert (info.name, info.namespace, info.state) == (spec.name, "default", "pending")
-    direct = fake.head_url.format(namespace="default", name=spec.name)
-    proxy = f"{fake.url}/api/v1/namespaces/default/services/{spec.name}-head-svc:8265/proxy"
+    assert (info.name, info.namespace, info.state) == (spec.name, NS, "pending")
+    direct = fake.head_url.format(namespace=NS, name=spec.name)
+    proxy = f"{fake.url}/api/v1/namespaces/{NS}/services/{spec.name}-head-svc:8265/proxy"
     assert info.job_address == (direct if access == "direct" else proxy)
 
-    ready = p.wait_ready(spec.name, "default", timeout=10)
+    ready = p.wait_ready(spec.name, NS, timeout=10)
     assert ready.state == "ready" and ready.labels[LABEL_RUN] == "run-1" and ready.labels[LABEL_MANAGED] == "true"
     # the dashboard lagged: it was probed until it answered, and only once the state was ready
     polls = [r for r in fake.requests if r.method == "GET" and r.path.endswith(f"/{spec.name}") and "jobsub" not in r.path]
     assert len(polls) == fake.ready_after + 1
     if access == "direct":
-        probes = [r for r in fake.dashboards.requests if r == ("GET", f"/heads/default/{spec.name}/api/version")]
+        probes = [r for r in fake.dashboards.requests if r == ("GET", f"/heads/{NS}/{spec.name}/api/version")]
     else:
         probe = "/proxy/api/version" if version == "v2" else f"/jobsubmissions/{spec.name}"
         probes = [r for r in fake.requests if r.method == "GET" and r.path.endswith(probe)]
     assert len(probes) == fake.dashboard_lag + 1
 
-    job_id = p.submit_job(spec.name, "default", "python -m prepline.runtime.ray --stage doc_id",
+    job_id = p.submit_job(spec.name, NS, "python -m prepline.runtime.ray --stage doc_id",
                           runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1"}}, entrypoint_num_cpus=0.5)
     assert job_id.startswith("prepline-")
-    job = fake.jobs[("default", spec.name, job_id)]
+    job = fake.jobs[(NS, spec.name, job_id)]
     assert job["runtime_env"] == {"env_vars": {"HF_HUB_OFFLINE": "1"}} and job["entrypoint_num_cpus"] == 0.5
     if access == "apiserver" and version == "v1":  # V1: the runtime env travels as a YAML string
         sent = fake.calls("POST", "/jobsubmissions/")[-1].body
@@ -117,13 +120,13 @@ def _lifecycle(fake, version, access):
         assert not [r for r in fake.requests if "/api/jobs" in r.path or "jobsubmissions" in r.path]
 
     assert wait_job(p, spec.name, job_id) == ["PENDING", "RUNNING", "SUCCEEDED"]
-    assert "done: python -m prepline.runtime.ray" in p.job_logs(spec.name, "default", job_id)
-    assert [c.name for c in p.list("default", {LABEL_RUN: "run-1"})] == [spec.name]
+    assert "done: python -m prepline.runtime.ray" in p.job_logs(spec.name, NS, job_id)
+    assert [c.name for c in p.list(NS, {LABEL_RUN: "run-1"})] == [spec.name]
 
-    assert p.delete(spec.name, "default") is True
-    assert ("default", spec.name) not in fake.clusters
+    assert p.delete(spec.name, NS) is True
+    assert (NS, spec.name) not in fake.clusters
     assert not fake.templates  # V1: the cluster's compute templates went with it
-    assert p.delete(spec.name, "default") is False
+    assert p.delete(spec.name, NS) is False
     with pytest.raises(ClusterError, match="does not exist"):
         p.wait_ready(spec.name, timeout=1)
 
@@ -161,7 +164,27 @@ def test_create_is_idempotent_and_refuses_foreign_objects(fake, version):
         p.client.create_compute_template({**t, "cpu": 7})
         with pytest.raises(ClusterError, match="exists with other resources"):
             p.create(make_spec("pl-stale"))
-        assert ("default", "pl-stale") not in fake.clusters
+        assert (NS, "pl-stale") not in fake.clusters
+
+
+def test_a_spec_without_namespace_goes_to_the_providers_namespace(fake, tmp_path, monkeypatch):
+    """ClusterSpec.namespace '' = the provider's: its ``namespace`` option, else the namespace the
+    step's pod runs in (its service account's namespace file), never a silent ``default``."""
+    from prepline.clusters import diagnose
+
+    (tmp_path / "namespace").write_text("team-a")
+    monkeypatch.setattr(diagnose, "SA_DIR", str(tmp_path))
+    for version in VERSIONS:
+        for opts, ns in (({"namespace": ""}, "team-a"), ({"namespace": "team-b"}, "team-b")):
+            p = make_provider(fake, version, **opts)
+            name = f"pl-ns-{version}-{ns}"
+            info = p.create(make_spec(name, namespace=""))
+            assert info.namespace == ns and (ns, name) in fake.clusters
+            assert p.wait_ready(name, timeout=10).namespace == ns
+            assert [c.name for c in p.list()] == [name]
+            assert p.delete(name) is True and (ns, name) not in fake.clusters
+    with pytest.raises(ConfigError, match="namespace 'Team_A'"):
+        make_spec(namespace="Team_A")
 
 
 FAILURES = {"broken": "ImagePullBackOff", "oom": "OOMKilled", "quota": "exceeded quota", "unsched": "Unschedulable"}
@@ -388,7 +411,7 @@ def test_delete_missing_is_false_other_failures_raise(fake):
     fake.fail_next(500, count=3, method="DELETE", message="etcd timeout")
     with pytest.raises(KubeRayUnavailable, match="etcd timeout"):
         p.delete("pl-doc-id-en-1")
-    assert ("default", "pl-doc-id-en-1") in fake.clusters
+    assert (NS, "pl-doc-id-en-1") in fake.clusters
     assert p.delete("pl-doc-id-en-1") is True
 
 
@@ -407,7 +430,7 @@ def _rejected(fake):
     assert e.value.status == 422 and "'two' is not of type 'integer'" in str(e.value)
     assert "'cpu' was unexpected" in str(e.value) and not fake.clusters
     with pytest.raises(KubeRayRequestError) as e:  # V1: gRPC-gateway's InvalidArgument
-        client.create_compute_template({"name": "t", "namespace": "default", "cpu": 1, "memory": 2, "mem": 1})
+        client.create_compute_template({"name": "t", "namespace": NS, "cpu": 1, "memory": 2, "mem": 1})
     assert e.value.status == 400 and "'mem' was unexpected" in str(e.value)
 
 
@@ -425,9 +448,9 @@ def test_list_by_labels_for_the_sweep(fake, version):
     if version == "v2":
         q = fake.calls("GET", "/rayclusters")[-1].query
         assert q["labelSelector"] == f"{LABEL_MANAGED}=true,{LABEL_RUN}=r3"
-        items = p.client.list_rayclusters("default", f"{LABEL_MANAGED}=true", limit=2)
+        items = p.client.list_rayclusters(NS, f"{LABEL_MANAGED}=true", limit=2)
     else:
-        items = p.client.list_clusters_v1("default", limit=2)
+        items = p.client.list_clusters_v1(NS, limit=2)
     assert len(items) == 5 and sum("continue" in r.query for r in fake.requests) == 2  # paginated
 
 
@@ -531,3 +554,78 @@ def test_a_url_that_is_not_the_api_server_gives_a_clear_error():
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_the_fake_operator_never_reconciles_a_name_longer_than_53(fake):
+    """The CRD schema takes it (the POST succeeds), the operator does not: no status, ever."""
+    body = raycluster_body(make_spec("a" * 53))
+    body["metadata"]["name"] = "a" * 54
+    make_provider(fake).client.create_raycluster(body)
+    p = make_provider(fake)
+    for _ in range(5):
+        assert p.get("a" * 54).state == "pending"  # no status.state: never ready
+
+
+def test_a_broken_off_error_answer_keeps_its_status(fake):
+    """The V2 proxy breaks a non-2xx stream off short of its Content-Length (apiserversdk/proxy.go,
+    kuberay #4060): the status still counts, so deleting a cluster that is gone answers "already gone"
+    at once instead of retrying a connection error and failing the exit task."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", int(fake.url.rsplit(":", 1)[1]), timeout=10)
+    conn.request("DELETE", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/pl-gone")
+    resp = conn.getresponse()
+    assert resp.status == 404 and int(resp.getheader("Content-Length")) > fake.cut_short
+    with pytest.raises(http.client.IncompleteRead):  # the fake breaks the stream as the proxy does
+        resp.read()
+    conn.close()
+    p = make_provider(fake)
+    p.create(make_spec())
+    assert p.delete("pl-doc-id-en-1") is True
+    before = len(fake.calls("DELETE"))
+    assert p.delete("pl-doc-id-en-1") is False  # already gone
+    assert len(fake.calls("DELETE")) == before + 1  # one request: a 404 is an answer, not a broken connection
+
+
+@pytest.mark.parametrize("kuberay", ["1.3.0", "1.5.0", "1.5.1"])
+@pytest.mark.parametrize("kind", ["broken", "oom", "secret"])
+def test_container_errors_fail_fast_on_every_kuberay_version(kuberay, kind):
+    """Before KubeRay 1.5.1 HeadPodReady says only ContainersNotReady (utils/util.go gained the container's
+    waiting reason in #4196): the pods tell, read in the cluster's own namespace. ``secret``: a secret the
+    Ray pods need (not optional) is missing in that namespace -> CreateContainerConfigError."""
+    want = {"broken": "ImagePullBackOff", "oom": "OOMKilled", "secret": 'CreateContainerConfigError (secret "s3-creds" not found)'}[kind]
+    with FakeKubeRay(kuberay_version=kuberay, secrets={("default", "s3-creds"): {"AWS_ACCESS_KEY_ID": "k"}}) as f:
+        p = make_provider(f)
+        name = f"pl-{kind}-1" if kind != "secret" else "pl-doc-id-1"
+        p.create(make_spec(name, env_from_secrets=[{"secret": "s3-creds"}] if kind == "secret" else []))
+        with pytest.raises(ClusterFailed) as e:  # not KubeRayTimeout: the reason was found
+            p.wait_ready(name, timeout=120)
+        assert want in str(e.value)
+        reasons = {c["reason"] for c in p.client.get_raycluster(NS, name)["status"]["conditions"]}
+        assert reasons == ({"ContainersNotReady"} if kuberay < "1.5.1" else {want.split()[0] if kind != "oom" else "CrashLoopBackOff"})
+
+
+def test_old_kuberay_without_pod_access_says_what_would_tell():
+    """KubeRay < 1.5.1 and no RBAC on pods: nothing says why; the timeout says where to look and what fixes it."""
+    with FakeKubeRay(kuberay_version="1.5.0", pods_forbidden=True) as f:
+        p = make_provider(f)
+        p.create(make_spec("pl-broken-3"))
+        with pytest.raises(KubeRayTimeout) as e:
+            p.wait_ready("pl-broken-3", timeout=0.3)
+        assert "ContainersNotReady" in str(e.value)
+        assert "KubeRay >= 1.5.1" in e.value.fix and "get/list on pods" in e.value.fix
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_secrets_resolve_in_the_clusters_own_namespace(version):
+    """The fake kubelet resolves secretKeyRefs in the pod's namespace only (pkg/kubelet/kubelet_pods.go):
+    the same secret name in another namespace does not count."""
+    refs = [{"name": "AWS_ACCESS_KEY_ID", "secret": "s3-creds", "key": "id"}]
+    with FakeKubeRay(secrets={("default", "s3-creds"): {"id": "default-id"}, ("team-b", "s3-creds"): {"id": "team-b-id"}}) as f:
+        p = make_provider(f, version)
+        p.create(make_spec("pl-sec-1", env_from_secrets=refs))
+        with pytest.raises(ClusterFailed, match='CreateContainerConfigError.*secret "s3-creds" not found'):
+            p.wait_ready("pl-sec-1", timeout=120)
+        p.create(make_spec("pl-sec-2", namespace="team-b", env_from_secrets=refs))
+        assert p.wait_ready("pl-sec-2", "team-b", timeout=120).state == "ready"
+        assert f.pod_env("team-b", "pl-sec-2") == {"AWS_ACCESS_KEY_ID": "team-b-id"}

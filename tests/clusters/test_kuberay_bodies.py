@@ -165,10 +165,10 @@ def test_v1_refuses_what_it_cannot_express(fake, kw, match):
 
 
 def test_names_kuberay_cannot_use_and_the_default_image():
-    with pytest.raises(ConfigError, match="head Service"):
-        check_name(make_spec("a" * 60))
-    with pytest.raises(ConfigError, match="head Service"):
-        check_name(make_spec("9lives"))
+    check_name(make_spec("a" * 53))  # KubeRay's MaxRayClusterNameLength (utils/constant.go)
+    for bad in ("a" * 54, "a" * 60, "9lives"):
+        with pytest.raises(ConfigError, match="DNS-1035 label .start with a letter. of at most 53 chars"):
+            check_name(make_spec(bad))
     try:
         from prepline.images import RAY_IMAGE  # type: ignore[import-not-found]
     except ImportError:
@@ -178,3 +178,41 @@ def test_names_kuberay_cannot_use_and_the_default_image():
     else:
         with pytest.raises(ConfigError, match="no Ray image"):
             raycluster_body(make_spec(image=""))
+
+
+# -- Istio ----------------------------------------------------------------------------------------------
+def _pod_annotations_v2(body: dict) -> list[dict]:
+    return [body["spec"]["headGroupSpec"]["template"]["metadata"].get("annotations")] + \
+        [w["template"]["metadata"].get("annotations") for w in body["spec"].get("workerGroupSpecs", [])]
+
+
+def test_ray_pods_run_without_istio_sidecars_by_default_and_it_can_be_changed():
+    """In a Kubeflow profile namespace Istio injects Envoy sidecars, which block Ray's random ports and the
+    steps' direct calls to the head: Ray pods get sidecar.istio.io/inject "false" unless cluster_json says otherwise."""
+    import json
+
+    from prepline import stages
+
+    off = {"sidecar.istio.io/inject": "false"}
+    body = raycluster_body(make_spec())
+    assert _pod_annotations_v2(body) == [off, off] and "annotations" not in body["metadata"]
+    assert not validate_raycluster(body)
+    v1 = cluster_v1_body(make_spec())
+    assert v1["clusterSpec"]["headGroupSpec"]["annotations"] == off == v1["clusterSpec"]["workerGroupSpec"][0]["annotations"]
+    assert not validate_swagger("cluster.swagger.json", "protoCluster", v1)
+    for given, want in (({"sidecar.istio.io/inject": "true"}, {"sidecar.istio.io/inject": "true"}),
+                        ({"sidecar.istio.io/inject": None}, None),
+                        ({"proxy.istio.io/config": '{"holdApplicationUntilProxyStarts": true}'},
+                         {**off, "proxy.istio.io/config": '{"holdApplicationUntilProxyStarts": true}'})):
+        spec = stages.cluster_spec(json.dumps({"pod_annotations": given, "namespace": "team-a", "image": IMAGE}), "pl-x-1", "r", "doc_id")
+        assert _pod_annotations_v2(raycluster_body(spec)) == [want, want]
+    assert stages.cluster_spec("{}", "pl-x-1", "r", "doc_id").pod_annotations == off
+    with pytest.raises(ConfigError, match="pod_annotations key"):
+        raycluster_body(make_spec(pod_annotations={"bad key!": "x"}))
+
+
+def test_the_fake_accepts_the_pod_annotations_on_both_apis(fake):
+    for version in ("v2", "v1"):
+        p = make_provider(fake, version)
+        p.create(make_spec(f"pl-istio-{version}"))
+        assert p.wait_ready(f"pl-istio-{version}", timeout=10).state == "ready"

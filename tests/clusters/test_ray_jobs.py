@@ -17,7 +17,7 @@ from prepline.errors import RunFailed
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fake_kuberay import FakeKubeRay  # noqa: E402
-from test_kuberay import make_provider, make_spec  # noqa: E402
+from test_kuberay import NS, make_provider, make_spec  # noqa: E402
 
 
 @pytest.fixture
@@ -42,25 +42,25 @@ class Counting(RayJobClient):
 
 def test_follow_streams_the_log_through_the_tail_websocket(head):
     f, p = head
-    c = Counting(p.job_address("default", "pl-doc-id-en-1"), retries=0)
+    c = Counting(p.job_address(NS, "pl-doc-id-en-1"), retries=0)
     sid = c.submit("python chatty_job.py")
     out = io.StringIO()
     info = c.follow(sid, out, timeout=10, poll=0.05)
     assert info.status == "SUCCEEDED"
     text = out.getvalue()
-    assert text == f.jobs[("default", "pl-doc-id-en-1", sid)]["logs"] and "step 3" in text and text.endswith("done: python chatty_job.py\n")
+    assert text == f.jobs[(NS, "pl-doc-id-en-1", sid)]["logs"] and "step 3" in text and text.endswith("done: python chatty_job.py\n")
     assert c.calls.count(f"GET /api/jobs/{sid}/logs") == 1, c.calls  # the whole log once, at the end (to reconcile)
-    assert ("GET", f"/heads/default/pl-doc-id-en-1/api/jobs/{sid}/logs/tail") in f.dashboards.requests
+    assert ("GET", f"/heads/{NS}/pl-doc-id-en-1/api/jobs/{sid}/logs/tail") in f.dashboards.requests
 
 
 def test_follow_falls_back_to_polling_where_no_websocket_is_served(head):
     """The fake API server's service proxy (like a plain HTTP proxy) does not upgrade to a websocket."""
     f, p = head
-    c = Counting(f"{f.url}/api/v1/namespaces/default/services/pl-doc-id-en-1-head-svc:8265/proxy", retries=0)
+    c = Counting(f"{f.url}/api/v1/namespaces/{NS}/services/pl-doc-id-en-1-head-svc:8265/proxy", retries=0)
     sid = c.submit("python chatty_job.py")
     out = io.StringIO()
     assert c.follow(sid, out, timeout=10, poll=0.01).status == "SUCCEEDED"
-    assert out.getvalue() == f.jobs[("default", "pl-doc-id-en-1", sid)]["logs"]
+    assert out.getvalue() == f.jobs[(NS, "pl-doc-id-en-1", sid)]["logs"]
     reads, polls = c.calls.count(f"GET /api/jobs/{sid}/logs"), c.calls.count(f"GET /api/jobs/{sid}")
     assert 1 <= reads <= polls
 
@@ -71,7 +71,7 @@ def test_a_job_that_runs_too_long_is_stopped(head):
     sid = jobs.submit("python hang_forever.py")
     with pytest.raises(RunFailed, match="too long"):
         jobs.follow(sid, io.StringIO(), timeout=0.3, poll=0.05, on_timeout=lambda: RunFailed("ran too long", "raise it"))
-    assert f.jobs[("default", "pl-doc-id-en-1", sid)]["status"] == "STOPPED"
+    assert f.jobs[(NS, "pl-doc-id-en-1", sid)]["status"] == "STOPPED"
 
 
 def test_submit_waits_for_the_job_agent_and_is_safe_to_retry():

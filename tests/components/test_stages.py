@@ -151,3 +151,76 @@ def test_start_execute_stop_on_a_local_ray_head(tmp_path, corpus, monkeypatch):
     finally:
         assert stages.stop(**args) is True
     assert not _members(st) and stages.stop(**args) is False
+
+
+# -- the namespace of a run's clusters and the secrets they see -------------------------------------
+S3_KEYS = {"AWS_ACCESS_KEY_ID": "team-a-key", "AWS_SECRET_ACCESS_KEY": "team-a-secret", "PREPLINE_S3_ENDPOINT": "http://minio.team-a:9000"}
+
+
+@pytest.fixture
+def in_team_a(tmp_path, monkeypatch):
+    """The step runs in namespace team-a: its service account's namespace file says so (what a KFP pod
+    has at /var/run/secrets/kubernetes.io/serviceaccount/namespace)."""
+    from prepline.clusters import diagnose
+
+    sa = tmp_path / "serviceaccount"
+    sa.mkdir()
+    (sa / "namespace").write_text("team-a\n")
+    monkeypatch.setattr(diagnose, "SA_DIR", str(sa))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    return tmp_path
+
+
+def _kuberay_args(fake, **provider):
+    provider_json = json.dumps({"server": fake.url, "head_url": fake.head_url, "kube": {"server": fake.kube_url}, "poll_interval": 0.01,
+                                "backoff": 0.01, "backoff_max": 0.05, **provider})
+    return dict(provider="kuberay", provider_json=provider_json, cluster_json="{}", run_id="run-team-a-1", stage="doc_id")
+
+
+def _execute(args, tmp_path, **kw):
+    out = _meta(tmp_path / "out") if (tmp_path / "out").mkdir() is None else None
+    return stages.execute(**args, branch="", transform="doc_id", config_json="{}", input_path="s3://corpus/in", output_path=str(out),
+                          workers=1, poll=0.01, timeout=60, out=io.StringIO(), **kw)
+
+
+def test_a_run_in_team_a_gets_its_cluster_and_the_secret_of_team_a(in_team_a):
+    """No namespace in provider_json or cluster_json: the RayCluster goes to the step's own namespace
+    and its pods get team-a's S3 secret (default holds a secret of the same name that must not be used)."""
+    from fake_kuberay import FakeKubeRay
+
+    secrets = {("team-a", "prepline-s3"): S3_KEYS, ("default", "prepline-s3"): {"AWS_ACCESS_KEY_ID": "default-key"}}
+    with FakeKubeRay(ready_after=1, dashboard_lag=0, secrets=secrets) as fake:
+        args = _kuberay_args(fake)
+        name = stages.start(**args, timeout=30, image="registry.example.com/prepline-ray:0.1.0", s3_secret_name="prepline-s3")
+        assert list(fake.clusters) == [("team-a", name)]
+        assert [r.path for r in fake.calls("POST")] == ["/apis/ray.io/v1/namespaces/team-a/rayclusters"]
+        assert fake.pod_env("team-a", name)["AWS_ACCESS_KEY_ID"] == "team-a-key"
+        meta = _execute(args, in_team_a)
+        assert meta["totals"]["docs_out"] == 7
+        (job,) = fake.jobs.values()
+        assert job["env"]["AWS_SECRET_ACCESS_KEY"] == "team-a-secret"
+        assert stages.stop(**args) is True and not fake.clusters
+
+
+def test_provider_json_namespace_overrides_the_steps_namespace(in_team_a):
+    from fake_kuberay import FakeKubeRay
+
+    with FakeKubeRay(ready_after=1, dashboard_lag=0, secrets={("team-b", "prepline-s3"): S3_KEYS}) as fake:
+        args = _kuberay_args(fake, namespace="team-b")
+        name = stages.start(**args, timeout=30, image="registry.example.com/prepline-ray:0.1.0", s3_secret_name="prepline-s3")
+        assert list(fake.clusters) == [("team-b", name)]
+        assert stages.stop(**args) is True and not fake.clusters
+
+
+def test_an_optional_secret_missing_in_the_clusters_namespace_shows_as_missing_credentials(in_team_a):
+    """The S3 secret exists only in default: the Ray pods of team-a start without it (optional) and the
+    job that reads s3:// fails for want of credentials, as it would on a real cluster."""
+    from fake_kuberay import FakeKubeRay
+
+    with FakeKubeRay(ready_after=1, dashboard_lag=0, secrets={("default", "prepline-s3"): S3_KEYS}) as fake:
+        args = _kuberay_args(fake)
+        name = stages.start(**args, timeout=30, image="registry.example.com/prepline-ray:0.1.0", s3_secret_name="prepline-s3")
+        assert "AWS_ACCESS_KEY_ID" not in fake.pod_env("team-a", name)
+        with pytest.raises(RunFailed, match="Unable to locate credentials"):
+            _execute(args, in_team_a)
+        assert stages.stop(**args) is True

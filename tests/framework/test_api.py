@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -50,3 +51,50 @@ def test_pipeline_specs_load_and_compile(tmp_path):
     assert "mine" in doc["pipelineInfo"]["name"] and "lang-id" in json.dumps(doc["root"]["dag"]["tasks"])
     with pytest.raises(ConfigError):
         prepline.load_pipeline({"name": "x", "stages": ["no_such_transform"]})
+
+
+def test_run_pipeline_returns_the_run_folder(tmp_path, monkeypatch):
+    """run_pipeline returns <work_root>/stages/<run id>/ (the folder the run created), not stages/ (issue 25 item 7);
+    kfp's local runner is replaced by one that writes what a run's first task writes."""
+    import prepline
+    from prepline.kfp import local as kfp_local
+
+    (tmp_path / "w" / "stages" / "older-run").mkdir(parents=True)  # another run's folder is not this one's
+
+    def fake_run_local(name, args, pipeline_root, times=None, pipeline=None, verbose=False):
+        run = Path(args["work_root"]) / "job-123"
+        run.mkdir(parents=True)
+        (run / "plan.json").write_text("{}")
+        return 1.0
+
+    monkeypatch.setattr(kfp_local, "run_local", fake_run_local)
+    (tmp_path / "in").mkdir()
+    got = prepline.run_pipeline(prepline.load_pipeline("super"), tmp_path / "w", input=str(tmp_path / "in"))
+    assert got == (tmp_path / "w" / "stages" / "job-123").resolve()
+
+
+def test_a_local_run_starts_with_a_header_and_names_its_run_folder(tmp_path, monkeypatch, capsys):
+    from prepline.cli import main
+    from prepline.kfp import local as kfp_local
+
+    def fake_run_local(name, args, pipeline_root, times=None, pipeline=None, verbose=False):
+        (Path(args["work_root"]) / "job-7" / "doc_id").mkdir(parents=True)
+        return 1.0
+
+    monkeypatch.setattr(kfp_local, "run_local", fake_run_local)
+    (tmp_path / "in").mkdir()
+    rc = main(["pipeline", "run", "doc_id", "--local", "--input", str(tmp_path / "in"), "--work-root", str(tmp_path / "w")])
+    assert rc == 0, capsys.readouterr().err
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"pipeline doc_id (local): input {tmp_path / 'in'}"
+    assert f"output: {tmp_path / 'w' / 'stages'}/<run id>/" in lines[1]
+    assert f"run job-7: {tmp_path / 'w' / 'stages' / 'job-7'}/" in lines
+
+
+def test_report_help_shows_the_run_folder_shape(capsys):
+    from prepline.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "runs/pipeline/stages/<run id>" in out and "<--work-root>/stages/<run id>" in out

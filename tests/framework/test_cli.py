@@ -92,3 +92,33 @@ def test_run_summary_lists_stages_in_pipeline_order_with_reasons_and_failures(tm
     rows = [l.split("│")[1].strip() for l in out.splitlines() if l.startswith("│ ") and l.split("│")[1].strip()]
     assert rows[:3] == ["lang_id", "exact_dedup", "doc_id"]
     assert "documents: 10 in = 2 out (en 2, ja 0) + 5 removed + 3 kept aside (lang=other 3: languages without a branch) ✓" in out
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_every_transform_help_works(name, capsys):
+    """`prepline run <transform> --help` prints every parameter, whatever its help text holds (a `%`
+    once crashed argparse's formatting: issue 24 item 11)."""
+    with pytest.raises(SystemExit) as e:
+        main(["run", name, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for p in registry.get(name).Config.params():
+        assert "--" + p.name.replace("_", "-") in out
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_describe_keeps_every_character_of_the_help_text(name, capsys):
+    """`prepline describe` renders Markdown; `<code>`, `<file>` in help texts used to vanish as HTML
+    (issue 25 item 4)."""
+    assert main(["describe", name]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for p in registry.get(name).Config.params():
+        for part in __import__("re").findall(r"<[^>]+>", p.help):
+            assert part in out, f"{name}.{p.name}: {part} is missing from describe"
+
+
+def test_describe_ingest_id_field_reads_plainly(capsys):
+    assert main(["describe", "ingest"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "('' :" not in out
+    assert "<file>:<line or row>" in out

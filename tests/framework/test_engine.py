@@ -144,15 +144,74 @@ def test_output_inside_input_is_refused(corpus):
     assert not (corpus / "out").exists()
 
 
-def test_non_empty_output_refused_then_overwrite(tmp_path, corpus):
+def test_non_empty_output_refused_and_overwrite_deletes_only_a_prepline_output(tmp_path, corpus):
     out = tmp_path / "o"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     with pytest.raises(OutputError, match="not empty") as e:
         run_transform("doc_id", {}, RunOptions(str(corpus), str(out)))
     assert "--overwrite" in e.value.fix and (out / "keep.txt").exists()
-    run_transform("doc_id", {}, RunOptions(str(corpus), str(out), overwrite=True))
-    assert not (out / "keep.txt").exists() and (out / "metadata.json").exists()
+    # issue 30 finding 3: --overwrite deleted whatever was there; a folder of other files is refused, listed
+    with pytest.raises(OutputError, match="not a prepline output") as e:
+        run_transform("doc_id", {}, RunOptions(str(corpus), str(out), overwrite=True))
+    assert "keep.txt" in e.value.message and (out / "keep.txt").read_text() == "mine"
+    # an earlier prepline output (its metadata.json, even with other parameters) is overwritten, files of it and all
+    run_transform("doc_id", {"start_id": 7}, RunOptions(str(corpus), str(tmp_path / "p")))
+    (tmp_path / "p" / "stray.txt").write_text("x")
+    run_transform("doc_id", {}, RunOptions(str(corpus), str(tmp_path / "p"), overwrite=True))
+    assert not (tmp_path / "p" / "stray.txt").exists() and json.loads((tmp_path / "p" / "metadata.json").read_text())["parameters"]["start_id"] == 0
+    # a metadata.json that prepline did not write is no licence
+    (tmp_path / "q").mkdir()
+    (tmp_path / "q" / "metadata.json").write_text('{"title": "my dataset"}')
+    with pytest.raises(OutputError, match="not a prepline output"):
+        run_transform("doc_id", {}, RunOptions(str(corpus), str(tmp_path / "q"), overwrite=True))
+    assert (tmp_path / "q" / "metadata.json").read_text() == '{"title": "my dataset"}'
+    # an unfinished run (its _prepline/run.json, no metadata.json yet) and an empty folder are fine
+    (tmp_path / "u" / "_prepline").mkdir(parents=True)
+    (tmp_path / "u" / "_prepline" / "run.json").write_text('{"fingerprint": "x"}')
+    (tmp_path / "u" / "part.parquet").write_text("half")
+    (tmp_path / "e").mkdir()
+    for d in ("u", "e"):
+        assert run_transform("doc_id", {}, RunOptions(str(corpus), str(tmp_path / d), overwrite=True)).metadata["status"] == "success"
+    assert not (tmp_path / "u" / "part.parquet").exists()
+
+
+def test_output_that_can_only_be_a_mistake_is_refused_before_anything_is_written(tmp_path, corpus, monkeypatch):
+    """Issue 30 finding 3: `--output ""` was the current folder and --overwrite emptied it; "$OUT/" with OUT unset is /."""
+    here = tmp_path / "cwd"
+    here.mkdir()
+    (here / "notes.txt").write_text("mine")
+    monkeypatch.chdir(here)
+    for empty in ("", "  "):
+        with pytest.raises(ConfigError, match="--output is empty") as e:
+            run_transform("doc_id", {}, RunOptions(str(corpus), empty, overwrite=True))
+        assert e.value.fix
+    with pytest.raises(ConfigError, match="--input is empty"):
+        run_transform("doc_id", {}, RunOptions("", str(tmp_path / "o"), overwrite=True))
+    assert sorted(p.name for p in here.iterdir()) == ["notes.txt"]
+    with pytest.raises(ConfigError, match="root of the file system"):  # (no --overwrite here: today's code would try it)
+        run_transform("doc_id", {}, RunOptions(str(corpus), "/"))
+    assert not Path("/_prepline").exists()
+    for same in (str(corpus), str(corpus / "lang=en"), str(tmp_path)):  # the input, inside it, or holding it
+        with pytest.raises(ConfigError, match="inside"):
+            run_transform("doc_id", {}, RunOptions(str(corpus), same, overwrite=True))
+    assert (corpus / "a.parquet").exists()
+
+
+def test_s3_output_at_a_bucket_root_or_over_other_objects_is_refused(s3_bucket, corpus):
+    from prepline.data_access import s3_client
+
+    c = s3_client()
+    c.put_object(Bucket=s3_bucket, Key="theirs/data.csv", Body=b"1,2")
+    c.put_object(Bucket=s3_bucket, Key="out/report.pdf", Body=b"%PDF")
+    for root in (f"s3://{s3_bucket}", f"s3://{s3_bucket}/"):
+        with pytest.raises(ConfigError, match="root of a bucket"):
+            run_transform("doc_id", {}, RunOptions(str(corpus), root, overwrite=True))
+    with pytest.raises(OutputError, match="not a prepline output") as e:
+        run_transform("doc_id", {}, RunOptions(str(corpus), f"s3://{s3_bucket}/out", overwrite=True))
+    assert "report.pdf" in e.value.message
+    keys = sorted(o["Key"] for o in c.list_objects_v2(Bucket=s3_bucket).get("Contents", []))
+    assert keys == ["out/report.pdf", "theirs/data.csv"]  # nothing deleted, and the lease released
 
 
 def test_complete_output_is_not_recomputed(tmp_path, corpus):

@@ -146,3 +146,20 @@ def test_a_broken_plugin_is_a_clear_error(tmp_path, module, entry, says):
     assert "pip uninstall broken-plugin" in r.stderr and "Traceback" not in r.stderr
     # a built-in is still usable by name: only listing every transform needs the plug-ins
     assert "--hash-column" in prepline(env, "run", "doc_id", "--help").stdout
+
+
+def test_compile_says_what_it_wrote_and_check_with_a_plugin_points_at_builtins_only(plugin_env, tmp_path):
+    """Issue 25 item 9: `compile --output` lists the files it wrote (never `missing:`); with a
+    plug-in installed, `compile --check` of the repository's trees says the fix is --builtins-only,
+    not to commit files."""
+    env = dict(plugin_env)
+    if os.environ.get("PYTHONPATH"):  # a checkout run from a worktree: its own sources, as the parent's
+        env["PYTHONPATH"] = os.pathsep.join([plugin_env["PYTHONPATH"], os.environ["PYTHONPATH"]])
+    r = prepline(env, "compile", "--builtins-only", "--output", str(tmp_path / "c"), "--elyra-output", str(tmp_path / "e"))
+    assert "missing:" not in r.stdout and "written: pipelines/doc_id.yaml" in r.stdout
+    r = prepline(env, "compile", "--check", ok=False, cwd=ROOT)
+    assert r.returncode == 1, r.stdout + r.stderr
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith("error: ") and "char_count" in err[0], r.stderr
+    assert err[1].startswith("  fix: prepline compile --check --builtins-only") and "commit" not in r.stderr
+    assert prepline(env, "compile", "--check", "--builtins-only", cwd=ROOT).returncode == 0

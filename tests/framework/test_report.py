@@ -176,3 +176,51 @@ def test_report_opens_in_headless_chromium_without_errors(run_dir, tmp_path):
         assert set(rows) <= set(c["rows"]), c
     assert hidden and set(hidden) == {"in"}
     assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def _meta(transform: str, docs_in: int, docs_out: int, removed: dict | None = None, **extra) -> dict:
+    return {"transform": transform, "status": "success", "options": {"input": extra.pop("input", "x")},
+            "totals": {"docs_in": docs_in, "docs_out": docs_out, "removed": removed or {}, "files": 1, "seconds": 1234.5,
+                       "work_seconds": 1200.25, "startup_seconds": 34.25, **extra.pop("totals", {})}, **extra}
+
+
+@pytest.fixture
+def handmade_run(tmp_path) -> Path:
+    """A run folder written by hand: a plan naming the pipeline and input, lang_id split into 20
+    languages, a filter whose criterion is labelled like a pass flag."""
+    run = tmp_path / "stages" / "run-9"
+    langs = {f"lang={c}": 10 + i for i, c in enumerate(["en", "ja", "fr", "de", "es", "it", "nl", "pt", "ru", "zh", "ko", "ar", "hi",
+                                                          "pl", "sv", "tr", "cs", "fi", "el", "other"])}
+    metas = {"doc_id": _meta("doc_id", 1000, 1000, input="/data/raw.jsonl"),
+             "lang_id": _meta("lang_id", 1000, 1000, totals={"parts": langs}),
+             "lang=en/filter": _meta("filter", 10, 3, {"criterion_1": 7}, labels={"criterion_1": "dq_gopher_pass"})}
+    for rel, m in metas.items():
+        (run / rel).mkdir(parents=True)
+        (run / rel / "metadata.json").write_text(json.dumps(m))
+    (run / "plan.json").write_text(json.dumps({"pipeline": "super", "input": {"path": "/data/raw.jsonl", "format": "jsonl"},
+                                               "entries": [{"stage": "doc_id"}, {"stage": "lang_id"}, {"stage": "filter"}]}))
+    return run
+
+
+def test_report_reads_plainly(handmade_run):
+    """Issue 25 item 9: a removal count says it removed; every language is drawn (no "other
+    languages" bar hiding some); the header names the pipeline and its input; the time column
+    does not wrap."""
+    from prepline.tables import removed_cell
+
+    page = report.render(handmade_run)
+    assert "dq_gopher_pass: 7 removed" in page
+    assert "dq_gopher_pass: 7 removed" in removed_cell(json.loads((handmade_run / "lang=en/filter/metadata.json").read_text()))
+    langs = _bars(page, "chart-languages")
+    assert len(langs) == 20 and ("el", "documents") in langs and not any("other languages" in r for r, _ in langs)
+    head = page[page.index("<h1>"):page.index("<div class=\"cards\">")]
+    assert "super" in head and "/data/raw.jsonl" in head and "run-9" in head
+    assert re.search(r'<td class="t">1,234\.5\xa0s', page) or re.search(r'<td class="t">[^<]*1,234\.5 s', page)
+    assert "td.t{white-space:nowrap}" in page.replace(" ", "")
+
+
+def test_report_header_without_a_plan_names_the_first_stage_input(handmade_run):
+    (handmade_run / "plan.json").unlink()
+    page = report.render(handmade_run)
+    head = page[page.index("<h1>"):page.index("<div class=\"cards\">")]
+    assert "/data/raw.jsonl" in head

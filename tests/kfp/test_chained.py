@@ -290,6 +290,9 @@ def test_run_pipeline_errors():
         # bad parameters and an unknown parent
         with pytest.raises(ConfigError, match="pipeline doc-id has no parameter bogus"):
             run_pipeline.python_func(pipeline_name="doc-id", parameters={"bogus": 1}, host=fake.url, poll_seconds=0)
+        with pytest.raises(ConfigError, match="s3_secret_name='' is not a Kubernetes secret name"):  # every pod would be rejected
+            run_pipeline.python_func(pipeline_name="doc-id", parameters={"input_path": "/i", "work_root": "/x", "s3_secret_name": ""},
+                                     host=fake.url, poll_seconds=0)
         with pytest.raises(K.KfpNotFound, match="no run with id nope"):
             run_pipeline.python_func(pipeline_name="doc-id", parent_run_id="nope", run_id_parameter="", host=fake.url, poll_seconds=0)
         assert len(fake.calls("POST", "/runs$")) == 1  # only the parent

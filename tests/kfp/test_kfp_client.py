@@ -3,6 +3,7 @@ body against the kfp-server-api models. Verified against this fake only, not a l
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -197,6 +198,38 @@ def test_parameters_are_checked_before_posting(fake, capsys, tmp_path):
     assert code == 0 and r["parameters"] == {"x": "a", "n": 3, "r": 2.0, "b": True, "items": [1, 2], "conf": {"a": 1}}
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "compiled" / "pipelines").glob("*.yaml")), ids=lambda p: p.stem)
+def test_no_compiled_pipeline_can_give_a_pod_an_empty_secret_name(path):
+    """Every secret name of every pod (secretNameParameter, followed through the nested DAGs) comes
+    from a root parameter whose default is a valid secret name, or a valid constant: the KFP driver
+    copies the name as it is (kubeflow/pipelines backend/src/v2/driver/k8s.go) and Kubernetes refuses an
+    empty one even for an optional secret; '' given at run time is refused before posting (below)."""
+    from prepline.kfp.params import read_package, root_inputs, secret_name_sources
+
+    docs = read_package(path)
+    sources = secret_name_sources(docs)
+    assert sources, "every compiled pipeline passes the S3 secret to its pods"
+    inputs = root_inputs(docs)
+    for executor, srcs in sources.items():
+        for kind, value in srcs:
+            assert kind in ("root", "constant"), (executor, value)
+            name = inputs[value]["default"] if kind == "root" else value
+            assert re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name or ""), (executor, kind, value, name)
+
+
+@pytest.mark.parametrize("bad", ["", "  ", "Prepline_S3"])
+def test_an_empty_or_invalid_secret_name_is_refused_before_posting(fake, capsys, bad):
+    h = ("--host", fake.url)
+    v = kfpj(capsys, "upload", DOC_ID, *h)[1]
+    assert v
+    for where in ((DOC_ID,), ("--pipeline", "doc-id")):
+        code, out, err = kfp(capsys, "run", *where, *REQ, "--param", f"s3_secret_name={bad}", *h)
+        assert code == K.EXIT_USAGE and f"s3_secret_name={bad!r} is not a Kubernetes secret name" in err, err
+        assert "fix:" in err and "no-such-secret" in err and "Traceback" not in err
+    assert not fake.calls("POST", "/runs")
+    assert kfpj(capsys, "run", DOC_ID, *REQ, "--param", "s3_secret_name=no-such-secret", *h)[0] == 0
+
+
 @pytest.mark.parametrize("name,text,msg", [
     ("p.yaml", "work_root: [unclosed\n", "is not valid YAML at line"),
     ("p.json", '{"work_root": }', "is not valid JSON: Expecting value at line 1"),
@@ -297,6 +330,8 @@ def test_clone_version_run_keeps_reference_and_runtime_config(fake, capsys):
     n = len(fake.calls("POST", "/runs$"))
     code, out, err = kfp(capsys, "clone", r["run_id"], "--param", "nope=1", *h)
     assert code == K.EXIT_USAGE and "has no parameter nope" in err
+    code, out, err = kfp(capsys, "clone", r["run_id"], "--param", "s3_secret_name=", *h)
+    assert code == K.EXIT_USAGE and "s3_secret_name='' is not a Kubernetes secret name" in err
     code, out, err = kfp(capsys, "clone", "missing-run", *h)
     assert code == K.EXIT_API and "no run with id missing-run" in err
     assert len(fake.calls("POST", "/runs$")) == n

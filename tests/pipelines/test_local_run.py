@@ -87,6 +87,9 @@ def test_a_users_spec_runs_end_to_end(tmp_path, env):
     assert cons["holds"] and cons["input"] == 80 and cons["sinks_total"] > 0 and cons["removed"]["filter (en)"]
     assert cons["input"] == cons["outputs_total"] + cons["removed_total"] + cons["sinks_total"]
     out = r.stdout + r.stderr
+    # a header first (pipeline, input, where it writes), then the run id and its folder (issue 25 item 7)
+    assert r.stdout.splitlines()[0] == f"pipeline mine (local): input {src}", r.stdout[:500]
+    assert f"run {run.name}: {run}/" in r.stdout.splitlines() and "already gone" not in out
     assert "documents: 80 in = " in out and "✓" in out
     assert "documents per stage" in out and re.search(r"│ lang_id\s*│\s*│\s*80 │\s*80 │", out), out[-2000:]
     assert _clusters_left(tmp_path / "clusters") == []

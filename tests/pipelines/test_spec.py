@@ -254,3 +254,23 @@ def test_compile_a_spec_file_in_a_fresh_process(tmp_path):
     bad.write_text(mine.read_text().replace("- doc_quality", "- doc_qualty"))
     r = subprocess.run([sys.executable, "-m", "prepline.cli", "pipeline", "compile", str(bad)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "stage 'doc_qualty': is not a transform" in r.stderr and "fix:" in r.stderr
+
+
+def test_a_wrong_tokenizer_path_fails_the_plan_step_at_once(tmp_path):
+    """Issue 30 finding 9: a bad `tokenizer` path in the super pipeline was found after 183 s (at the
+    tokenization stage); the plan step, the run's first, now loads it (a quick check) and fails."""
+    import time
+
+    bad = str(tmp_path / "no" / "tokenizer.json")
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match="tokenization \\(branch en\\): tokenizer .*no such file") as e:
+        plan_of(tmp_path, overrides={"tokenization": {"params": {"tokenizer": bad}}})
+    assert "tokenizer.json" in e.value.fix
+    assert time.perf_counter() - t0 < 60  # (generous: seconds, not a stage's minutes)
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"not": "a tokenizer"}')
+    with pytest.raises(ConfigError, match="tokenization \\(branch ja\\)"):
+        plan_of(tmp_path, overrides={"tokenization": {"branches": {"ja": {"params": {"tokenizer": str(broken)}}}}})
+    # the shipped spec's run:tokenizer (made by the run itself) and a trained one ('') still plan
+    assert params(plan_of(tmp_path), "tokenization", "en")["tokenizer"] == "run:tokenizer"
+    assert params(plan_of(tmp_path, overrides={"tokenization": {"params": {"tokenizer": ""}}}), "tokenization", "en")["tokenizer"] == ""

@@ -91,5 +91,46 @@ def fine_tune(a: dict) -> None:
        json.dumps(trainjob), "prepline-s3", 600, out=io.StringIO(), image="img")
 
 
+def batch(a: dict) -> None:
+    """Run containers' commands one after another in this one process, as each container would run
+    its own (tests/runtime_images/generated.py makes them from compiled/ and elyra_templates/):
+    ``python -m <module> ...`` through runpy, a KFP component's ``sh -ec <script> <source> ...``
+    as its script does (the source into ephemeral_component.py, then kfp.dsl.executor_main). One
+    process per image: a module the image lacks stays hidden for every command. Writes each
+    command's outcome (exit code, exception, stderr tail) to a["results"]."""
+    import contextlib
+    import os
+    import runpy
+    import tempfile
+    import traceback
+
+    from generated import KFP_ENTRY
+
+    os.environ["_KFP_RUNTIME"] = "true"  # what the KFP script sets
+    results = []
+    for c in a["commands"]:
+        argv = c["argv"]
+        if argv[:2] == ["sh", "-ec"]:
+            assert KFP_ENTRY in argv[2], argv[2]
+            folder = tempfile.mkdtemp(dir=a["tmp"])
+            Path(folder, "ephemeral_component.py").write_text(argv[3])
+            module, sys.argv = "kfp.dsl.executor_main", ["executor_main", "--component_module_path",
+                                                        str(Path(folder, "ephemeral_component.py")), *argv[4:]]
+        else:
+            assert argv[1] == "-m", argv
+            module, sys.argv = argv[2], [argv[2], *argv[3:]]
+        err, code, exc = io.StringIO(), 0, ""
+        try:
+            with contextlib.redirect_stderr(err):
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException as e:  # noqa: BLE001 - reported to the test, which decides
+            code, exc = 1, f"{type(e).__name__}: {e}\n" + "".join(traceback.format_exception(e))[-3000:]
+        results.append({"name": c["name"], "code": code, "exception": exc, "stderr": err.getvalue()[-3000:]})
+        sys.stdout.flush()
+    Path(a["results"]).write_text(json.dumps(results))
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]](json.loads(sys.argv[2]))

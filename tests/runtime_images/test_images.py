@@ -130,10 +130,11 @@ def test_ray_image_has_every_transform_extra_and_the_models():
     assert any(r.startswith("--network=none python") and "smoke_test.py" in r for r in runs)
 
 
-def test_launcher_image_has_the_kfp_extra():
-    assert _extras(LAUNCHER) == ["kfp"] and "kfp" in PROJECT["optional-dependencies"]
+def test_launcher_image_has_the_kfp_and_tokenize_extras():
+    assert _extras(LAUNCHER) == ["kfp", "tokenize"] and {"kfp", "tokenize"} <= set(PROJECT["optional-dependencies"])
     runs = [subst(r, args_of(LAUNCHER)) for i, r in LAUNCHER if i == "RUN"]
-    assert any('pip install "/tmp/prepline-src[kfp]"' in r for r in runs)
+    assert any('pip install "/tmp/prepline-src[kfp,tokenize]"' in r for r in runs)
+    assert not {"ray", "train"} & set(_extras(LAUNCHER))  # it calls clusters, it does not run Ray or train a model
 
 
 @pytest.mark.parametrize("instrs", [RAY, TRAINER, LAUNCHER], ids=["ray", "trainer", "launcher"])
@@ -305,11 +306,14 @@ def test_compile_for_another_registry_references_only_its_images(tmp_path):
 
     other = images.ImageSet("registry.example.com:5000/team", "2.0.1")
     assert main(["compile", "--registry", other.registry, "--tag", other.tag, "--output", str(tmp_path / "compiled"),
-                 "--elyra-output", str(tmp_path / "elyra")]) == 0
+                 "--elyra-output", str(tmp_path / "elyra"), "--deploy-output", str(tmp_path / "deploy" / "images")]) == 0
     found = image_references(tmp_path / "compiled", tmp_path / "elyra")
     assert set(found) == set(other.all().values()), found
-    leftovers = [p for p in tmp_path.rglob("*") if p.is_file() and images.REGISTRY in p.read_text()]
+    leftovers = [p for p in [*(tmp_path / "compiled").rglob("*"), *(tmp_path / "elyra").rglob("*")] if p.is_file() and images.REGISTRY in p.read_text()]
     assert leftovers == []
+    # deploy/images maps the names deploy/'s manifests use (the defaults) to these images
+    deploy = yaml.safe_load((tmp_path / "deploy" / "images" / "kustomization.yaml").read_text())
+    assert {f"{i['newName']}:{i['newTag']}" for i in deploy["images"]} == set(other.all().values())
 
 
 def test_smoke_test_follows_the_super_pipeline_order():

@@ -34,3 +34,19 @@ def test_hash_is_the_sha256_of_the_utf8_text_and_columns_can_be_skipped(tmp_path
     assert pq.read_table(tmp_path / "o3" / "a.parquet").column_names == ["contents", "doc_hash"]
     with pytest.raises(ConfigError, match="does nothing"):
         run_transform("doc_id", {"id_column": "", "hash_column": ""}, RunOptions(str(tmp_path / "in"), str(tmp_path / "o4")))
+
+
+def test_a_start_id_whose_ids_overflow_int64_is_a_usage_error_before_any_file_is_written(tmp_path, corpus):
+    """Issue 30 finding 9: start_id near 2**63 made the worker fail with OverflowError, "this is a bug" (exit 70)."""
+    from prepline.cli import main
+    from prepline.errors import ConfigError
+
+    n = 10  # documents in the corpus fixture
+    out = tmp_path / "o"
+    with pytest.raises(ConfigError, match="overflows the int64 ids") as e:
+        run_transform("doc_id", {"start_id": 2**63 - n + 1}, RunOptions(str(corpus), str(out), workers=1))
+    assert f"--start-id {2**63 - n}" in e.value.fix
+    assert not list(out.rglob("*.parquet"))
+    assert main(["run", "doc_id", "--input", str(corpus), "--output", str(tmp_path / "c"), "--start-id", str(2**63 - 1), "--no-progress"]) == 2
+    meta = run_transform("doc_id", {"start_id": 2**63 - n}, RunOptions(str(corpus), str(tmp_path / "edge"), workers=1)).metadata
+    assert meta["plan"]["last_id"] == 2**63 - 1

@@ -84,7 +84,7 @@ def test_columns_count_and_decode_back_to_the_text(runs, sample):
     n_empty = sum(1 for r in truth if r["kind"] == "empty")
     t = runs["m1"]["totals"]
     assert n_empty >= 5 and t["counters"]["empty_docs"] == n_empty == sum(1 for n in lens if n == 0)
-    assert t["counters"]["tokens"] == sum(lens) > 100_000
+    assert t["counters"]["document_tokens"] == sum(lens) > 100_000
     assert t["docs_in"] == t["docs_out"] == len(truth) and t["removed"] == {}
     assert runs["m1"]["plan"]["tokenizer"] == "trained on the input"
     assert 0 < runs["m1"]["plan"]["train_chars"] <= 4 * 60_000 + 100_000
@@ -185,7 +185,7 @@ def test_only_empty_documents_give_an_empty_dataset_and_a_warning(runs, tmp_path
     write_parquet(src, "a.parquet", {"contents": ["", ""]})
     m = run(src, tmp_path / "o", {"tokenizer": str(runs["w1"] / "tokens" / "tokenizer.json")}).metadata
     fin = m["finish"]
-    assert (fin["documents"], fin["empty_documents"], fin["tokens"]) == (0, 2, 0) and "empty" in fin["warnings"][0]
+    assert (fin["documents"], fin["empty_documents"], fin["tokens_with_eod"]) == (0, 2, 0) and "empty" in fin["warnings"][0]
     index, ds = open_tokens(str(tmp_path / "o"))
     assert len(ds) == 0 and ds.tokens.size == 0 and index["warnings"] == fin["warnings"]
     assert (tmp_path / "o" / "tokens" / "text_document.bin").stat().st_size == 0
@@ -207,7 +207,7 @@ def test_without_the_tokens_column_the_dataset_is_the_same(runs, sample, tmp_pat
     assert "tokens" not in out.column_names and out.column("num_tokens") == read_out(runs["w1"]).column("num_tokens")
     a, b = tokens_tree(tmp_path / "o"), tokens_tree(runs["w1"])
     assert a["text_document.bin"] == b["text_document.bin"] and a["text_document.idx"] == b["text_document.idx"]
-    assert m["totals"]["counters"]["tokens"] == runs["m1"]["totals"]["counters"]["tokens"]
+    assert m["totals"]["counters"]["document_tokens"] == runs["m1"]["totals"]["counters"]["document_tokens"]
 
 
 def test_reader_reports_missing_and_mismatched_files(runs, tmp_path):
@@ -321,7 +321,7 @@ def test_gpt2_from_its_package(sample, tmp_path):
     assert build_tokenizer("gpt2").tokenizer.encode("Hello world", add_special_tokens=False).ids == [15496, 995]
     out = read_out(tmp_path / "o")
     assert out.column("num_tokens").to_pylist() == [len(t) for t in out.column("tokens").to_pylist()]
-    assert m["totals"]["counters"]["tokens"] > 0
+    assert m["totals"]["counters"]["document_tokens"] > 0
 
 
 @pytest.mark.s3
@@ -454,3 +454,30 @@ def test_missing_or_null_text_column(tmp_path, runs):
     write_parquet(src2, "a.parquet", {"contents": ["x", None]})
     with pytest.raises(RunFailed, match="null"):
         run(src2, tmp_path / "o2", {"tokenizer": str(runs["w1"] / "tokens" / "tokenizer.json")})
+
+
+def test_tokens_has_one_meaning_per_name(runs, capsys):
+    """Issue 25 item 6: the documents' own tokens (document_tokens, the num_tokens column's sum) and
+    the .bin's tokens (tokens_with_eod, what index.json's num_tokens and Megatron count) are two
+    numbers with two names in metadata.json, the command's summary and the report; none is a bare
+    "tokens"."""
+    from prepline.report import render
+    from prepline.tables import headline_text, print_summary
+
+    m, root = runs["m1"], runs["w1"]
+    index, ds = open_tokens(str(root))
+    doc_tokens = int(read_out(root).column("num_tokens").to_numpy().sum())
+    assert m["totals"]["counters"]["document_tokens"] == doc_tokens
+    assert "tokens" not in m["totals"]["counters"] and "tokens" not in m["finish"]
+    assert m["finish"]["tokens_with_eod"] == index["num_tokens"] == ds.tokens.size == doc_tokens + m["finish"]["eod_tokens"]
+    assert m["finish"]["eod_tokens"] == index["num_documents"]
+    line = headline_text(m)
+    assert f"document_tokens {doc_tokens:,}" in line and f"tokens_with_eod {index['num_tokens']:,}" in line
+    print_summary(m)
+    out = capsys.readouterr().out
+    assert f"{doc_tokens:,}" in out and f"{index['num_tokens']:,}" in out
+    run = root.parent / "report-run"
+    (run / "tokenization").mkdir(parents=True)
+    (run / "tokenization" / "metadata.json").write_text(json.dumps(m))
+    page = render(run)
+    assert f"tokens written (with EOD)</span><b>{index['num_tokens']:,}" in page

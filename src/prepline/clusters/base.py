@@ -18,6 +18,13 @@ LABEL_BRANCH = "prepline.dev/branch"
 
 _DNS = re.compile(r"[^a-z0-9-]+")
 
+#: annotations every Ray pod gets unless cluster_json's ``pod_annotations`` says otherwise (a JSON null
+#: removes one). Istio's sidecar is off: Ray's processes talk on ports chosen at random (raylet, object
+#: manager, workers), which an Envoy sidecar's mTLS/authorization blocks, and the KFP step pods call the head
+#: directly (kubeflow/manifests experimental/ray/raycluster_example.yaml needs fixed ports, a headless Service
+#: and an AuthorizationPolicy to run Ray with sidecars)
+DEFAULT_POD_ANNOTATIONS = {"sidecar.istio.io/inject": "false"}
+
 
 def cluster_name(run_id: str, stage: str, branch: str = "", prefix: str = "pl") -> str:
     """A valid DNS-1123 label that also starts with a letter (KubeRay derives Service names from it),
@@ -53,7 +60,9 @@ class ClusterSpec:
     """What a stage asks for. Every field is a pipeline parameter (JSON), never compile-time env."""
 
     name: str
-    namespace: str = "default"
+    #: '' = the provider's namespace: ``provider_json.namespace``, else the namespace the step runs in
+    #: (its service account's), else ``default``; a value here (``cluster_json.namespace``) wins
+    namespace: str = ""
     image: str = ""  # '' = the project's Ray runtime image (prepline.images.RAY_IMAGE)
     ray_version: str = "2.60.0"
     head: NodeGroup = field(default_factory=lambda: NodeGroup(cpu="1", memory="2Gi"))
@@ -64,7 +73,8 @@ class ClusterSpec:
     tolerations: list = field(default_factory=list)
     node_selector: dict = field(default_factory=dict)
     labels: dict = field(default_factory=dict)
-    annotations: dict = field(default_factory=dict)
+    annotations: dict = field(default_factory=dict)  # of the RayCluster
+    pod_annotations: dict = field(default_factory=lambda: dict(DEFAULT_POD_ANNOTATIONS))  # of the head and worker pods
     service_account: str = ""
     image_pull_secrets: list = field(default_factory=list)
     ray_start_params: dict = field(default_factory=dict)
@@ -72,6 +82,9 @@ class ClusterSpec:
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", self.name) or len(self.name) > 63:
             raise ConfigError(f"cluster name '{self.name}' is not a valid DNS-1123 label", "use cluster_name(run, stage, branch)")
+        if self.namespace and (not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", str(self.namespace)) or len(self.namespace) > 63):
+            raise ConfigError(f"namespace '{self.namespace}' is not a valid Kubernetes namespace name (DNS-1123 label)",
+                              "use the namespace's metadata.name, or leave it out: the step's own namespace is the default")
 
 
 @dataclass(frozen=True)
@@ -106,21 +119,21 @@ class ClusterProvider(ABC):
         """Create the cluster (idempotent: an existing cluster of that name is reused)."""
 
     @abstractmethod
-    def wait_ready(self, name: str, namespace: str = "default", timeout: float = 900) -> ClusterInfo:
+    def wait_ready(self, name: str, namespace: str = "", timeout: float = 900) -> ClusterInfo:
         """Block until the cluster accepts jobs (dashboard answering), or raise with the reason."""
 
     @abstractmethod
-    def delete(self, name: str, namespace: str = "default") -> bool:
+    def delete(self, name: str, namespace: str = "") -> bool:
         """Delete it; True if it existed. Raises when deletion fails (never silently leaks)."""
 
-    def recover(self, name: str, namespace: str = "default", timeout: float = 900) -> ClusterInfo:
+    def recover(self, name: str, namespace: str = "", timeout: float = 900) -> ClusterInfo:
         """The head stopped answering: wait until it answers again. On KubeRay the operator restarts a
         failed head pod by itself (raycluster_controller.go recreates missing head pods), so waiting is
         all there is to do; a provider that runs the head itself starts it again."""
         return self.wait_ready(name, namespace, timeout)
 
     @abstractmethod
-    def list(self, namespace: str = "default", labels: dict | None = None) -> list[ClusterInfo]:
+    def list(self, namespace: str = "", labels: dict | None = None) -> list[ClusterInfo]:
         """Clusters (with these labels), for the sweep."""
 
     @abstractmethod

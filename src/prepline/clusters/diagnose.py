@@ -3,11 +3,14 @@
 The operator never sets ``status.state = failed`` (``raycluster_controller.go``
 ``calculateStatus`` sets ``ready``, or ``suspended``). What it does report:
 
-* condition ``HeadPodReady`` (``utils.FindHeadPodReadyCondition``): the head pod's ``PodReady``
-  condition; when that says ``ContainersNotReady`` the reason becomes the first not-ready
-  container's waiting/terminated reason (``ErrImagePull``, ``ImagePullBackOff``,
-  ``CreateContainerConfigError``, ``CrashLoopBackOff``, ``OOMKilled``...) and the message
-  ``<container>: <its message>``; ``HeadPodNotFound`` while there is no head pod;
+* condition ``HeadPodReady`` (``utils.FindHeadPodReadyCondition``, ``ray-operator/controllers/ray/utils/util.go``):
+  the head pod's ``PodReady`` condition; from KubeRay 1.5.1 (kuberay #4196), when that says
+  ``ContainersNotReady`` the reason becomes the first not-ready container's waiting/terminated
+  reason (``ErrImagePull``, ``ImagePullBackOff``, ``CreateContainerConfigError``,
+  ``CrashLoopBackOff``, ``OOMKilled``...) and the message gains ``<container>: <its message>``;
+  **before 1.5.1 (1.3.0-1.5.0) it stays ``ContainersNotReady``**, which tells nothing: there the
+  pods are what fail fast (read in the cluster's own namespace with the RBAC of deploy/);
+  ``HeadPodNotFound`` while there is no head pod;
 * condition ``ReplicaFailure`` (reason ``FailedCreateHeadPod``/``FailedCreateWorkerPod``..., the
   create error as message, e.g. a quota);
 * V1 only: Warning events of the RayCluster (``resource_manager.go`` ``GetClusterEvents``).

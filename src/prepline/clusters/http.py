@@ -87,6 +87,43 @@ def server_message(status: int, raw: bytes) -> str:
     return text[:2000]
 
 
+#: The KubeRay API server chart's security proxy (``helm-chart/kuberay-apiserver/values.yaml``
+#: ``security:``, on by default from v1.3.0 to HEAD) sits in front of every path and answers 401 with
+#: the plain text ``Unauthorized`` (``experimental/pkg/httpproxy/support.go``) unless the
+#: Authorization header equals its SECURITY_TOKEN byte for byte (``token_auth.go``): a ``Bearer``
+#: token never does. kube-apiserver's own 401 (through the V2 proxy) is a JSON Status.
+SECURITY_PROXY_FIX = ("the KubeRay API server's security proxy refused the request (the chart's default; it compares the whole "
+                      "Authorization header with its SECURITY_TOKEN, so a Bearer token never matches): install the API server "
+                      "with `helm install kuberay-apiserver kuberay/kuberay-apiserver --set security=null` (deploy/README.md)")
+
+
+def from_security_proxy(status: int, body: str) -> bool:
+    """A 401 from the API server chart's security proxy, not from Kubernetes."""
+    return status == 401 and body.strip() == "Unauthorized"
+
+
+def _read_body(resp) -> bytes:
+    """The body of an answer. A non-2xx answer whose stream breaks off (the KubeRay V2 proxy closes the
+    connection short of the ``Content-Length`` it sent: ``apiserversdk/proxy.go`` cancels the round
+    trip's context on return, kuberay #4060) keeps its status and what arrived of its body; a broken 2xx
+    answer raises (a connection error: retried)."""
+    chunks: list[bytes] = []
+    try:
+        while True:
+            chunk = resp.read1(65536)  # one read at a time: what arrived is kept when the next one fails
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except urllib3.exceptions.HTTPError:
+        resp.close()
+        if resp.status < 400:
+            raise
+        log.debug("HTTP %s answer broke off after %d bytes", resp.status, sum(map(len, chunks)))
+    else:
+        resp.release_conn()
+    return b"".join(chunks)
+
+
 class JsonHttp:
     """Calls to one base URL. ``describe`` names the server in messages (e.g. "KubeRay API server")."""
 
@@ -151,26 +188,28 @@ class JsonHttp:
             if data is not None:
                 headers["Content-Type"] = "application/json"
             try:
-                resp = self._pool.request(method, url, body=data, headers=headers, timeout=self._timeout, retries=False, redirect=False)
+                resp = self._pool.request(method, url, body=data, headers=headers, timeout=self._timeout, retries=False, redirect=False,
+                                          preload_content=False)
+                raw = _read_body(resp)
             except urllib3.exceptions.HTTPError as e:
                 last = str(getattr(e, "reason", None) or e).split(">: ", 1)[-1]
                 last, retry_after, last_status = f"{type(e).__name__}: {last}", None, None
                 self._log_retry(method, path, last, attempt, attempts)
                 continue
-            if resp.status >= 400 and self._retryable(resp.status, resp.data):
-                last_status, last_body = resp.status, resp.data.decode("utf-8", "replace")
-                last = f"HTTP {resp.status}: {server_message(resp.status, resp.data)}"
+            if resp.status >= 400 and self._retryable(resp.status, raw):
+                last_status, last_body = resp.status, raw.decode("utf-8", "replace")
+                last = f"HTTP {resp.status}: {server_message(resp.status, raw)}"
                 retry_after = resp.headers.get("Retry-After")
                 self._log_retry(method, path, last, attempt, attempts)
                 continue
             if resp.status >= 400:
-                raise self.error(method, path, resp.status, resp.data)
-            if not resp.data:
+                raise self.error(method, path, resp.status, raw)
+            if not raw:
                 return {}
             try:
-                return json.loads(resp.data)
+                return json.loads(raw)
             except ValueError:
-                return resp.data.decode("utf-8", "replace")
+                return raw.decode("utf-8", "replace")
         waited = time.monotonic() - started
         raise Unavailable(f"{self.describe} {self.server}: {method} {path} failed after {attempts} attempt(s) in {waited:.1f}s: {last}",
                           self.unavailable_fix(path), status=last_status, body=last_body)

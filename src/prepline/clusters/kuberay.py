@@ -44,10 +44,12 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import replace
 
 from prepline.clusters import diagnose
 from prepline.clusters.base import LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE, ClusterError, ClusterInfo, ClusterProvider, ClusterSpec
-from prepline.clusters.http import ApiError, AuthError, Conflict, JsonHttp, NotFound, RequestError, Unavailable
+from prepline.clusters.http import (SECURITY_PROXY_FIX, ApiError, AuthError, Conflict, JsonHttp, NotFound, RequestError, Unavailable,
+                                    from_security_proxy)
 from prepline.clusters.kuberay_bodies import DASHBOARD_PORT, cluster_v1_body, compute_template_bodies, raycluster_body, template_names
 from prepline.clusters.ray_jobs import JobClient, RayJobClient, V1JobClient
 from prepline.errors import ConfigError
@@ -105,6 +107,8 @@ class KubeRayClient(JsonHttp):
                 + ("; a 5xx through the service proxy means the Ray head's dashboard is not serving (yet)" if "/proxy" in path else ""))
 
     def fix_for(self, method: str, path: str, status: int, body: str) -> str:
+        if from_security_proxy(status, body):
+            return SECURITY_PROXY_FIX
         if status == 401:
             return (("the token was rejected: " if self.auth_headers() else "no token was sent: ")
                     + f"pass token=..., set {ENV_TOKEN}, or {ENV_TOKEN_FILE} to a service-account token file")
@@ -241,6 +245,7 @@ class KubeRayProvider(ClusterProvider):
 
     # -- clusters ---------------------------------------------------------------------------------
     def create(self, spec: ClusterSpec) -> ClusterInfo:
+        spec = replace(spec, namespace=self._ns(spec.namespace))  # '' = the provider's (the step's own) namespace
         if self.api_version == "v1":
             templates = compute_template_bodies(spec)
             body = cluster_v1_body(spec, user=self.user)  # validate everything before creating anything
@@ -337,9 +342,13 @@ class KubeRayProvider(ClusterProvider):
                                     "then run the step again; the exit task deletes the cluster")
             if time.monotonic() >= deadline:
                 seen = watch.summary() or "no condition or event gave a reason"
+                old = ("; KubeRay before 1.5.1 says only ContainersNotReady for a container that cannot start (image pull, crash "
+                       "loop, a missing secret): KubeRay >= 1.5.1 or get/list on pods fails fast with the reason"
+                       if "ContainersNotReady" in seen and self.pods is None else "")
                 raise KubeRayTimeout(f"cluster {ns}/{name} not ready after {timeout:.0f}s (state: {info.state}; last seen: {seen})",
-                                     f"check the head pod (kubectl describe pod -l ray.io/cluster={name}): image pull, unschedulable "
-                                     "resources, quotas; grant the step get/list on pods (deploy/) for reasons here; or raise the timeout")
+                                     f"check the head pod (kubectl -n {ns} describe pod -l ray.io/cluster={name}): image pull, "
+                                     "unschedulable resources, quotas, secrets; grant the step get/list on pods (deploy/) for reasons "
+                                     f"here; or raise the timeout{old}")
             time.sleep(self.poll_interval)
         return self._wait_dashboard(info, ns, name, deadline, timeout)
 

@@ -30,8 +30,10 @@ WORKER_CONTAINER = "ray-worker"
 WORKER_GROUP = "workers"
 DASHBOARD_PORT = 8265
 GPU_RESOURCE = "nvidia.com/gpu"
-#: KubeRay names the head Service "<cluster>-head-svc" (a DNS-1035 label, <= 63 chars)
-MAX_CLUSTER_NAME = 63 - len("-head-svc")
+#: KubeRay's MaxRayClusterNameLength (ray-operator/controllers/ray/utils/constant.go, 53 in v1.3.0 to HEAD): the
+#: operator never reconciles a longer name (utils/validation.go ValidateRayClusterMetadata, a Warning event only);
+#: it also keeps "<cluster>-head-svc" within a DNS-1035 label
+MAX_CLUSTER_NAME = 53
 
 _QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -89,18 +91,18 @@ def _labels(values: dict, field: str) -> dict[str, str]:
     return out
 
 
-def _annotations(values: dict) -> dict[str, str]:
+def _annotations(values: dict, field: str = "annotations") -> dict[str, str]:
     if not isinstance(values, dict):
-        raise ConfigError("annotations must be a mapping of strings", "pass annotations as a JSON object")
+        raise ConfigError(f"{field} must be a mapping of strings", f"pass {field} as a JSON object")
     for k in values:
-        _check_label_key(str(k), "annotations")
+        _check_label_key(str(k), field)
     return {str(k): str(v) for k, v in values.items()}
 
 
 def check_name(spec: ClusterSpec) -> None:
     if len(spec.name) > MAX_CLUSTER_NAME or not spec.name[0].isalpha():
-        raise ConfigError(f"cluster name '{spec.name}' cannot be used with KubeRay: its head Service "
-                          f"'{spec.name}-head-svc' must be a DNS-1035 label (start with a letter, <= 63 chars)",
+        raise ConfigError(f"cluster name '{spec.name}' cannot be used with KubeRay: a RayCluster name must be a DNS-1035 label "
+                          f"(start with a letter) of at most {MAX_CLUSTER_NAME} chars (the operator never reconciles a longer one)",
                           f"use cluster_name(run, stage, branch) (starts with a letter, <= 40 chars); at most {MAX_CLUSTER_NAME} chars")
     if not _DNS_LABEL.match(spec.namespace) or len(spec.namespace) > 63:
         raise ConfigError(f"namespace '{spec.namespace}' is not a valid DNS-1123 label", "use the Kubernetes namespace name, e.g. 'ray'")
@@ -243,6 +245,7 @@ def raycluster_body(spec: ClusterSpec) -> dict:
     tolerations = _tolerations(spec)
     node_selector = _labels(spec.node_selector, "node_selector") if spec.node_selector else {}
     pull = _pull_secrets(spec)
+    pod_annotations = _annotations(spec.pod_annotations, "pod_annotations")
     if spec.service_account and not _DNS_SUBDOMAIN.match(spec.service_account):
         raise ConfigError(f"service_account '{spec.service_account}' is not a valid name", "use the ServiceAccount's metadata.name")
 
@@ -261,7 +264,7 @@ def raycluster_body(spec: ClusterSpec) -> dict:
             ps["serviceAccountName"] = spec.service_account
         if pull:
             ps["imagePullSecrets"] = [{"name": n} for n in pull]
-        return {"metadata": {"labels": dict(labels)}, "spec": ps}
+        return {"metadata": {"labels": dict(labels), **({"annotations": dict(pod_annotations)} if pod_annotations else {})}, "spec": ps}
 
     body: dict = {
         "apiVersion": RAY_API_VERSION,
@@ -359,8 +362,12 @@ def cluster_v1_body(spec: ClusterSpec, user: str = "prepline") -> dict:
     if spec.service_account and not _DNS_SUBDOMAIN.match(spec.service_account):
         raise ConfigError(f"service_account '{spec.service_account}' is not a valid name", "use the ServiceAccount's metadata.name")
 
+    pod_annotations = _annotations(spec.pod_annotations, "pod_annotations")
+
     def group(extra: dict, params: dict) -> dict:
         g = {**extra, "image": image, "rayStartParams": params, "labels": dict(labels)}
+        if pod_annotations:  # the head's / workers' pod annotations (apiserver/pkg/util/cluster.go)
+            g["annotations"] = dict(pod_annotations)
         if environment:
             g["environment"] = environment
         if spec.service_account:

@@ -173,7 +173,7 @@ class LocalProvider(ClusterProvider):
         log = open(Path(temp) / "head.log", "wb")
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         st = {
-            "name": spec.name, "namespace": spec.namespace, "pgid": proc.pid, "ports": ports, "temp_dir": temp,
+            "name": spec.name, "namespace": spec.namespace or "default", "pgid": proc.pid, "ports": ports, "temp_dir": temp,
             "labels": dict(spec.labels), "created": now_iso(), "log": str(Path(temp) / "head.log"), "token": token,
             "spec": asdict(spec),  # to start the same head again (recover)
         }

@@ -27,7 +27,7 @@ from typing import TextIO
 from urllib.parse import quote
 
 from prepline.clusters.base import TERMINAL, JobInfo
-from prepline.clusters.http import ApiError, AuthError, Conflict, JsonHttp, RequestError
+from prepline.clusters.http import SECURITY_PROXY_FIX, ApiError, AuthError, Conflict, JsonHttp, RequestError, from_security_proxy
 from prepline.errors import ConfigError
 
 log = logging.getLogger("prepline.clusters")
@@ -162,6 +162,8 @@ class RayJobClient(JobClient, JsonHttp):
         return status in (429, 502, 503, 504)
 
     def fix_for(self, method: str, path: str, status: int, body: str) -> str:
+        if "/proxy" in self.server and from_security_proxy(status, body):
+            return SECURITY_PROXY_FIX
         if status == 403 and "/proxy" in self.server:
             return ("POST through the API server's service proxy needs RBAC verb 'create' on services/proxy for the identity "
                     "of the token (kube-apiserver maps POST to create; the KubeRay API server's own ClusterRole grants only "

@@ -11,7 +11,7 @@ import sys
 from prepline import logs
 from prepline.errors import ConfigError
 from prepline.kfp.client import TERMINAL_STATES, ChildRunFailed, KfpClient, KfpError, _run_state
-from prepline.kfp.params import check_parameters, root_inputs
+from prepline.kfp.params import check_parameters, check_secret_names, root_inputs
 
 def child_run_name(pipeline_name: str, parent_run_id: str, item: str = "") -> str:
     return f"{pipeline_name}{'-' + item if item else ''} (child of {parent_run_id})"
@@ -63,6 +63,7 @@ def run_child(
     if item_parameter:
         params[item_parameter] = item
     params = check_parameters(pipeline_name, inputs, params)
+    check_secret_names(pipeline_name, spec, params)
     exp_id = client.experiment(experiment).experiment_id if experiment else (parent.experiment_id if parent else client.experiment("Default").experiment_id)
     name = run_name or (child_run_name(pipeline_name, parent_run_id, item) if parent_run_id else
                         f"{pipeline_name}{'-' + item if item else ''} {dt.datetime.now().strftime('%Y-%m-%d %H-%M-%S')}")

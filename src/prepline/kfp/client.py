@@ -26,7 +26,7 @@ from prepline import rest
 from prepline.errors import EXIT_CANCELED, EXIT_FAILED, EXIT_OK, EXIT_SERVICE, EXIT_TIMEOUT, EXIT_USAGE, ConfigError, PreplineError, RunFailed  # noqa: F401 (EXIT_* re-exported)
 from prepline.errors import ServiceError, TimedOut
 from prepline.kfp.connection import ENV_TOKEN, SA_TOKEN_PATH, Connection
-from prepline.kfp.params import check_parameters, content_digest, read_package, root_inputs, spec_defaults
+from prepline.kfp.params import check_parameters, check_secret_names, content_digest, read_package, root_inputs, spec_defaults
 
 log = logging.getLogger("prepline")
 
@@ -402,6 +402,7 @@ class KfpClient:
             docs = read_package(package)
             label = docs[0]["pipelineInfo"]["name"]
             params = check_parameters(label, root_inputs(docs), values)
+            check_secret_names(label, docs, params)
             exp = self.experiment(experiment)
             name = run_name or f"{label} {dt.datetime.now().strftime('%Y-%m-%d %H-%M-%S')}"
             with self.call(f"start run {name}"):
@@ -415,6 +416,7 @@ class KfpClient:
             params = dict(values)
         else:
             params = check_parameters(pipeline, root_inputs(spec), values)
+            check_secret_names(pipeline, spec, params)
         exp = self.experiment(experiment)
         name = run_name or f"{pipeline} {v.display_name} {dt.datetime.now().strftime('%Y-%m-%d %H-%M-%S')}"
         with self.call(f"start run {name}"):
@@ -437,6 +439,7 @@ class KfpClient:
                 raise ConfigError(f"cannot check --param against run {run_id}: its pipeline spec is not available",
                                   "clone without --param, or start a new run with prepline kfp run")
             params.update(check_parameters(f"of run {run_id}", root_inputs(spec), overrides, require=False))
+            check_secret_names(f"of run {run_id}", spec, params)
         exp_id = self.experiment(experiment).experiment_id if experiment else old.experiment_id
         return self.create_run(
             experiment_id=exp_id, display_name=run_name or f"Clone of {old.display_name}", parameters=params,

@@ -200,3 +200,84 @@ def gather_parameters(flags: list[str] | None, params_file: str | None) -> dict:
     values.update(parse_param_flags(flags))
     return values
 
+
+
+# -- secret names -------------------------------------------------------------------------------------
+_SECRET_NAME = __import__("re").compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def secret_name_sources(spec) -> dict[str, set]:
+    """Where every secret name of the pipeline's pods comes from: ``{executor: {("root", param) |
+    ("constant", value) | ("other", what)}}``, following ``secretNameParameter`` (secretAsEnv,
+    secretAsVolume, imagePullSecret of the kubernetes platform spec) through the nested DAGs up to
+    the root inputs. The KFP driver copies a resolved name as it is into the pod (kubeflow/pipelines
+    ``backend/src/v2/driver/k8s.go``: only a null parameter is skipped), and Kubernetes rejects an
+    empty or malformed secret name even when the reference is optional
+    (``pkg/apis/core/validation``): every source must be a valid name."""
+    docs = spec_docs(spec)
+    if len(docs) < 2:
+        return {}
+    pipeline = docs[0]
+    executors = ((((docs[1].get("platforms") or {}).get("kubernetes") or {}).get("deploymentSpec") or {}).get("executors")) or {}
+    components = pipeline.get("components") or {}
+    dags = {name: (c.get("dag") or {}).get("tasks") or {} for name, c in components.items() if c.get("dag")}
+    dags[None] = (pipeline.get("root") or {}).get("dag", {}).get("tasks") or {}
+
+    def trace(component: str | None, param: str, seen: frozenset) -> set:
+        if component is None:
+            return {("root", param)}
+        if (component, param) in seen:
+            return {("other", f"cycle at {component}.{param}")}
+        out: set = set()
+        users = [(parent, t) for parent, tasks in dags.items() for t in tasks.values() if (t.get("componentRef") or {}).get("name") == component]
+        for parent, t in users:
+            src = ((t.get("inputs") or {}).get("parameters") or {}).get(param)
+            if src is None:
+                out.add(("other", f"{component}.{param} is not set by its task"))
+            elif "componentInputParameter" in src:
+                out |= trace(parent, src["componentInputParameter"], seen | {(component, param)})
+            elif "runtimeValue" in src:
+                out.add(("constant", str(((src["runtimeValue"] or {}).get("constant")))))
+            else:
+                out.add(("other", f"{component}.{param} comes from {sorted(src)}"))
+        return out or {("other", f"component {component} is used by no task")}
+
+    result: dict[str, set] = {}
+    for label, cfg in executors.items():
+        comp = next((n for n, c in components.items() if c.get("executorLabel") == label), None)
+        # the name is an input of the DAG that holds the task (the driver resolves it among the task's inputs from there)
+        parents = [parent for parent, tasks in dags.items() for t in tasks.values() if (t.get("componentRef") or {}).get("name") == comp]
+        refs = [s for key in ("secretAsEnv", "secretAsVolume", "imagePullSecret") for s in cfg.get(key) or []]
+        for ref in refs:
+            p = ref.get("secretNameParameter")
+            if p is None:
+                result.setdefault(label, set()).add(("constant", str(ref.get("secretName") or "")))
+            elif "componentInputParameter" in p:
+                if not parents:
+                    result.setdefault(label, set()).add(("other", f"{label}: no task runs it"))
+                for parent in parents:
+                    result.setdefault(label, set()).update(trace(parent, p["componentInputParameter"], frozenset()))
+            elif "runtimeValue" in p:
+                result.setdefault(label, set()).add(("constant", str((p["runtimeValue"] or {}).get("constant"))))
+            else:
+                result.setdefault(label, set()).add(("other", f"{label}: secret name from {sorted(p)}"))
+    return result
+
+
+def secret_name_parameters(spec) -> set[str]:
+    """The root parameters that name a Kubernetes secret of some pod."""
+    return {v for srcs in secret_name_sources(spec).values() for k, v in srcs if k == "root"}
+
+
+def check_secret_names(pipeline: str, spec, params: dict) -> None:
+    """Refuse a run whose pods would get an empty or invalid secret name (the pod would never be
+    created: the driver copies the name as it is, Kubernetes refuses it even when optional)."""
+    inputs = root_inputs(spec)
+    for name in sorted(secret_name_parameters(spec)):
+        value = params[name] if name in params else (inputs.get(name) or {}).get("default")
+        if not isinstance(value, str) or len(value) > 253 or not _SECRET_NAME.match(value):
+            raise ConfigError(f"pipeline {pipeline}: {name}={value!r} is not a Kubernetes secret name: every step's pod would be "
+                              "rejected (the KFP driver puts it into secretKeyRef.name as it is, and Kubernetes refuses an empty "
+                              "or malformed name even for an optional secret)",
+                              f"pass the name of the secret (e.g. --param {name}=prepline-s3); the secret is optional, so to run "
+                              f"without one name a secret that does not exist, e.g. --param {name}=no-such-secret")

@@ -25,6 +25,7 @@ from concurrent.futures.process import BrokenProcessPool
 from prepline.context import WorkerSpec
 from prepline.progress import Report
 from prepline.runtime.dispatch import Liveness, OnResult, WorkerLost, dispatch
+from prepline.runtime.options import usable_cpus
 from prepline.runtime.procs import kill_pool, new_pool, send, take_prestarted
 from prepline.worker import Worker
 
@@ -299,7 +300,7 @@ def _reporter(on_progress: Report | None, live: Liveness | None) -> Report:
 
 class LocalExecutor:
     def __init__(self, workers: int = 0, task_retries: int = 2, task_timeout: float = 0.0):
-        self.workers = workers or os.cpu_count() or 1
+        self.workers = workers or usable_cpus()
         self.task_timeout = task_timeout
         #: processes of the pool (the driver's process is the other worker)
         self.pool_size = self.workers - 1

@@ -11,6 +11,17 @@ the timing (it never waits and never writes). A run that was killed leaves no li
   renewed for ``ttl`` seconds (by the server's clock), or one whose owner process is gone on this
   very host, is stale: it is taken over with ``If-Match`` on its ETag, so two runs cannot both
   take it over. A run whose renewal is refused has lost the lease and stops before writing more.
+
+**Fencing.** A run paused longer than its lease (SIGSTOP, a frozen VM, a long GC), or whose local
+lock file was replaced (a network file system whose lock lease expired), may wake up after another
+run took the output over. So every write of a run, in the driver and in every worker, checks first
+that the lock is still its own (:class:`Fence`, the ``fence`` of each output
+:class:`~prepline.location.Location`): the lock holds the run's token (``owner``, new at every
+acquisition), and right before a file is committed (local: renamed into place; S3: its upload
+completed), a completion marker or ``metadata.json`` written, or anything deleted, the lock is read
+again (local: the lock file at its path; S3: a GET of the lease object) and compared. A run that
+lost it fails with :class:`~prepline.errors.OutputLocked` and writes nothing more; its upload is
+aborted, its temp file removed.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ import socket
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from prepline.errors import ConfigError, OutputError, OutputLocked
@@ -49,10 +61,74 @@ def _describe(info: dict | None) -> str:
     return f"another run (pid {info.get('pid', '?')} on {info.get('host', '?')}, since {when})"
 
 
+_LOST_FIX = ("another run took this output over (this run was paused longer than its lease, or its lock was removed): "
+             "nothing more was written by this run; check the other run's result, and rerun only if it failed")
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A run's fencing token, picklable for workers: calling it raises :class:`OutputLocked` when
+    the output's lock no longer holds ``owner`` (see the module's docstring)."""
+
+    kind: str  # "local": ``where`` is the lock file; "s3": ``where`` is "bucket/key" of the lease
+    where: str
+    owner: str
+    uri: str  # the output, for messages
+
+    def __call__(self) -> None:
+        holder = self._holder()
+        if holder != self.owner:
+            raise OutputLocked(f"output {self.uri}: this run no longer holds its lock ({self._who(holder)}); it stops without writing more",
+                               _LOST_FIX)
+
+    @staticmethod
+    def _who(holder: str | None) -> str:
+        return "the lock is gone" if holder is None else "another run holds it now"
+
+    def _holder(self) -> str | None:
+        if self.kind == "local":
+            try:
+                with open(self.where, "rb") as f:
+                    info = json.loads(f.read(4096) or b"null")
+            except FileNotFoundError:
+                return None
+            except (OSError, ValueError):
+                return ""
+            return info.get("owner") if isinstance(info, dict) else ""
+        bucket, _, key = self.where.partition("/")
+        c = _fence_client()
+        try:
+            body = c.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except c.exceptions.NoSuchKey:
+            return None
+        try:
+            info = json.loads(body)
+        except ValueError:
+            return ""
+        return info.get("owner") if isinstance(info, dict) else ""
+
+
+_client: Any = None
+
+
+def _fence_client() -> Any:
+    """One S3 client per process for fence checks (the environment's endpoint, timeouts, retries)."""
+    global _client
+    if _client is None:
+        from prepline.objstore import s3_client
+
+        _client = s3_client()
+    return _client
+
+
 class OutputLock:
-    """Base: ``acquire()``, ``check()`` (raises if the lock was lost), ``release()``."""
+    """Base: ``acquire()``, ``check()`` (raises if the lock was lost), ``release()``, ``fence()``."""
 
     uri: str
+
+    def fence(self) -> Fence:
+        """The fencing token of this acquisition (for every output location of the run)."""
+        raise NotImplementedError
 
     def acquire(self) -> "OutputLock":
         raise NotImplementedError
@@ -77,6 +153,10 @@ class LocalLock(OutputLock):
         self.path = os.path.join(folder, *LOCK.split("/"))
         self._fd: int | None = None
         self._made = False
+        self._owner = ""
+
+    def fence(self) -> Fence:
+        return Fence("local", self.path, self._owner, self.uri)
 
     def acquire(self) -> "LocalLock":
         import fcntl
@@ -105,9 +185,10 @@ class LocalLock(OutputLock):
             if not same:  # the previous holder removed it as it finished: lock the new one
                 os.close(fd)
                 continue
+            holder = _holder()
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(_holder()).encode(), 0)
-            self._fd = fd
+            os.pwrite(fd, json.dumps(holder).encode(), 0)
+            self._fd, self._owner = fd, holder["owner"]
             return self
         raise OutputLocked(f"output {self.folder}: could not take its lock", _FIX)
 
@@ -115,7 +196,8 @@ class LocalLock(OutputLock):
         if self._fd is None:
             return
         try:
-            os.unlink(self.path)  # while still holding it: a waiting run then locks a fresh file
+            if os.stat(self.path).st_ino == os.fstat(self._fd).st_ino:  # (a lock file that replaced ours is not ours to remove)
+                os.unlink(self.path)  # while still holding it: a waiting run then locks a fresh file
         except FileNotFoundError:
             pass
         os.close(self._fd)
@@ -144,6 +226,9 @@ class S3Lease(OutputLock):
         self.lost: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def fence(self) -> Fence:
+        return Fence("s3", f"{self.bucket}/{self.key}", self.info["owner"], self.uri)
 
     # -- S3 calls (botocore's timeouts and retries, errors as the storage layer names them) ----------
     def _call(self, fn):
@@ -263,8 +348,8 @@ class S3Lease(OutputLock):
 
     def check(self) -> None:
         if self.lost:
-            raise OutputLocked(f"{self.lost}: this run stops before writing more",
-                               "do not run two writers on one output; rerun when the other run is done")
+            raise OutputLocked(f"output {self.uri}: this run no longer holds its lock ({self.lost}); it stops without writing more",
+                               _LOST_FIX)
 
     def release(self) -> None:
         self._stop.set()
@@ -272,6 +357,9 @@ class S3Lease(OutputLock):
             self._thread.join(timeout=5)
         if self.etag and not self.lost:
             try:
+                if not self._ours():  # taken over while this run was paused: the lease is the other run's
+                    self.etag = None
+                    return
                 self.c.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self.etag)
             except Exception as e:  # noqa: BLE001 - it expires anyway
                 log.warning("output %s: could not delete the lease (%s); it expires in %.0fs", self.uri, e, self.ttl)

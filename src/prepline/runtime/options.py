@@ -26,6 +26,45 @@ def default_task_timeout() -> float:
         raise ConfigError(f"{ENV_TASK_TIMEOUT}={raw!r} is not a number of seconds", f"e.g. {ENV_TASK_TIMEOUT}=300 (0: no timeout)") from None
 
 
+#: environment variable that allows more local workers than CPUs (like ``--workers-over-cpus``)
+WORKERS_OVER_CPUS_ENV = "PREPLINE_WORKERS_OVER_CPUS"
+#: with that override, local workers are still at most this many per CPU
+MAX_WORKERS_PER_CPU = 8
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask: a container's or taskset's limit), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def over_cpus_from_env() -> bool:
+    return os.environ.get(WORKERS_OVER_CPUS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_workers(workers: int, runtime: str = "local", over_cpus: bool = False) -> None:
+    """``--workers`` of a local run: 0 (one per CPU) up to the usable CPUs; with ``over_cpus`` (or
+    PREPLINE_WORKERS_OVER_CPUS=1) up to MAX_WORKERS_PER_CPU per CPU. Each local worker is a process
+    holding its own batch and models: more than the CPUs only adds memory and contention. On Ray the
+    cluster's resources bound the actors."""
+    if workers < 0:
+        raise ConfigError(f"workers={workers} must be >= 0", "pass --workers N (0 = one per CPU)")
+    if runtime != "local":
+        return
+    cpus = usable_cpus()
+    over = over_cpus or over_cpus_from_env()
+    limit = cpus * MAX_WORKERS_PER_CPU if over else cpus
+    if workers > limit:
+        if over:
+            raise ConfigError(f"--workers {workers} is more than {MAX_WORKERS_PER_CPU} per CPU ({cpus} CPU(s) usable here)",
+                              f"pass --workers {limit} or fewer (0 = one per CPU)")
+        raise ConfigError(f"--workers {workers} is more than the {cpus} CPU(s) this process may use (each local worker is a process)",
+                          f"pass --workers {cpus} or fewer (0 = one per CPU); to run more anyway (I/O-bound work), add "
+                          f"--workers-over-cpus or set {WORKERS_OVER_CPUS_ENV}=1")
+
+
 @dataclass(frozen=True)
 class RunOptions:
     """How to run (not what to compute): these never change the output."""
@@ -43,12 +82,13 @@ class RunOptions:
     task_retries: int = 2
     #: seconds a task may make no progress before its worker is stopped (0: never); see default_task_timeout
     task_timeout: float = field(default_factory=default_task_timeout)
+    #: allow more local workers than CPUs (up to MAX_WORKERS_PER_CPU per CPU); also PREPLINE_WORKERS_OVER_CPUS=1
+    workers_over_cpus: bool = False
 
     def __post_init__(self) -> None:
         if self.runtime not in ("local", "ray"):
             raise ConfigError(f"unknown runtime '{self.runtime}'", "use --runtime local or --runtime ray")
-        if self.workers < 0:
-            raise ConfigError(f"workers={self.workers} must be >= 0", "pass --workers N (0 = automatic)")
+        check_workers(self.workers, self.runtime, self.workers_over_cpus)
         if self.max_failed_files < 0:
             raise ConfigError("max_failed_files must be >= 0", "pass --max-failed-files N")
         if self.cpus_per_worker <= 0:

@@ -86,7 +86,7 @@ def prestart(workers: int, transform: str) -> None:
     now. The next executor with that pool size takes them (:func:`take_prestarted`); a run that
     never needs them (a resumed run, an error) has them stopped by :func:`drop_prestarted`."""
     global _early
-    size = (workers or os.cpu_count() or 1) - 1
+    size = (workers or _cpus()) - 1
     if size < 1 or _early is not None:
         return
     import threading
@@ -99,6 +99,14 @@ def prestart(workers: int, transform: str) -> None:
     for _ in range(size):  # (spawn: each submit starts one process, none being idle yet)
         pool.submit(_warm, transform)
     _early = (pool, q, size)
+
+
+def _cpus() -> int:
+    """As prepline.runtime.options.usable_cpus (which this module does not import)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def take_prestarted(size: int) -> "tuple[ProcessPoolExecutor, mp.Queue] | None":

@@ -119,7 +119,9 @@ def write_tokens_dir(work: Location, out: Location, sources: list[Source], lt: L
     }
     out.write_bytes(INDEX, (json.dumps(index, indent=2) + "\n").encode("utf-8"))
     return {"tokens_dir": TOKENS_DIR, "prefix": f"{TOKENS_DIR}/{PREFIX}", "documents": index["num_documents"],
-            "empty_documents": index["empty_documents"], "tokens": index["num_tokens"], "dtype": dtype.name,
+            "empty_documents": index["empty_documents"],
+            # the .bin's tokens: the documents' own (counters.document_tokens) + one end-of-document token each
+            "tokens_with_eod": index["num_tokens"], "eod_tokens": index["num_documents"], "dtype": dtype.name,
             "vocab_size": vocab_size, "eos_id": lt.eos_id, "warnings": warnings}
 
 

@@ -176,6 +176,16 @@ def _load(spec: str) -> tuple[Any, str, str, str]:
     raise _missing(spec, "no such file, and no folder holding tokenizer.json or vocab.json + merges.txt")
 
 
+def check_tokenizer(spec: str, eos_token: str = "") -> None:
+    """Quick check (reads and parses the tokenizer's files, about a second; no data) that ``spec`` names
+    a tokenizer that loads and has an end-of-document token: a ConfigError with the fix otherwise.
+    ``''`` (train one on the input) and ``run:<stage>`` (a folder this run makes later) pass. For
+    checks before a run starts: the pipeline's plan step (:meth:`Transform.check_resources`) and preflight."""
+    if not spec or spec.startswith("run:"):
+        return
+    build_tokenizer(spec, eos_token)
+
+
 def build_tokenizer(spec: str, eos_token: str = "", work_json: str | None = None) -> LoadedTokenizer:
     """Load the tokenizer named by ``spec`` (see the module doc); ``work_json`` is a trained one's JSON.
 
