@@ -106,12 +106,34 @@ def node_loss_main(src: str, work: str) -> dict:
     report: dict = {}
     try:
         def kill_mid_stage(out: str, node, key: str) -> None:
-            # early in the stage (its first file hashed): the node's actor then surely has work left to lose (killed
-            # late in the reduce phase, whose 64 shards take milliseconds each, the stage could end before the
-            # loss was noticed: nothing retried, 1 run in 3)
-            if wait_for(lambda: markers(Path(out), "hash") >= 1, 180, 0.005):
+            # once the stage's first file is hashed and the node's actor runs a task (killed late in the reduce
+            # phase, whose shards take milliseconds, or before its actor started, the node had nothing to lose).
+            # A lost node loses its workers too: remove_node kills the raylet only (ray/cluster_utils.py), and an
+            # actor whose raylet is gone can still finish its task; so its workers are killed first.
+            raylet = node.all_processes["raylet"][0].process.pid
+
+            def under() -> list[int]:
+                return [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and descends_from(int(d.name), raylet)]
+
+            def busy() -> bool:
+                for pid in under():
+                    try:
+                        if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::_RayWorker.run"):
+                            return True
+                    except OSError:
+                        pass
+                return False
+
+            if wait_for(lambda: markers(Path(out), "hash") >= 1 and busy(), 180, 0.002):
                 report[key] = time.perf_counter()
+                workers = under()
+                for pid in workers:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
                 c.remove_node(node, allow_graceful=False)
+                report[key + "_workers_killed"] = len(workers)
 
         opts = dict(runtime="ray", workers=2, progress=False, ray_address=c.address)
         out1 = f"{work}/one-node-lost"
@@ -155,6 +177,7 @@ def ray_node_lost(env: Env, row: Row) -> Row:
         return row.done("the multi-node run did not report")
     rep = json.loads(lines[-1][len("REPORT "):])
     r1, r2 = rep.get("run1", {}), rep.get("run2", {})
+    row.check(rep.get("t1_workers_killed", 0) >= 1, f"the lost node had no worker to lose: {rep}")
     row.check(r1.get("status") == "success" and r1.get("retried", 0) >= 1, f"run 1: {r1}")
     row.check(r2.get("exit") == 1 and "every Ray worker was lost" in r2.get("error", "") and "fix:" in r2.get("error", ""), f"run 2: {r2}")
     row.check(r2.get("s", 99) <= 10 + 15, f"run 2 took {r2.get('s')}s to fail")
