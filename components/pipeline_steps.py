@@ -29,6 +29,7 @@ def plan_run(
     overrides_json: str,
     cluster_json: str,
     summary: Output[Markdown],
+    text_field: str = "",
 ) -> str:
     """Resolve the pipeline spec for this run: the input's format (ingest first when it is not
     Parquet), which stages run for which branch and what each reads, and every stage's parameters
@@ -38,7 +39,7 @@ def plan_run(
     from prepline.pipelines.steps import plan_step
 
     path, table = plan_step(spec_json, input_path=input_path, work_root=work_root, run_id=run_id, languages=languages,
-                            input_format=input_format, text_column=text_column, overrides_json=overrides_json,
+                            input_format=input_format, text_column=text_column, text_field=text_field, overrides_json=overrides_json,
                             cluster_json=cluster_json)
     with open(summary.path, "w") as f:
         f.write(table)

@@ -86,7 +86,8 @@ def execute_ray_job(
 
     p = json.loads(prepared)
     meta = execute(provider, provider_json, p["cluster_json"], p["run_id"], p["stage"], p["branch"], p["transform"],
-                   p["config_json"], p["input_path"], p["output_path"], p["workers"], max_failed_files, timeout_seconds)
+                   p["config_json"], p["input_path"], p["output_path"], p["workers"], max_failed_files, timeout_seconds,
+                   allow_empty_output=p.get("allow_empty_output", False))
     with open(summary.path, "w") as f:
         f.write(summary_markdown(meta, p["stage"] + (f" ({p['branch']})" if p["branch"] else "")))
     for k, v in metrics_of(meta).items():

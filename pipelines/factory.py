@@ -126,9 +126,10 @@ def spec_params(spec: PipelineSpec) -> list[str]:
 
 def spec_defaults(spec: PipelineSpec, images: ImageSet = DEFAULT_IMAGES) -> dict:
     """A spec pipeline's parameter defaults that differ from :mod:`prepline.stage_params`: its
-    languages, input format and text column; overrides_json and train_params_json are {} (what a
+    languages, input format, text column and field; overrides_json and train_params_json are {} (what a
     user passes merges into the spec's settings, it does not replace them)."""
-    d = {"input_format": spec.input_format, "text_column": spec.text_column, **stage_params.image_defaults(images)}
+    d = {"input_format": spec.input_format, "text_column": spec.text_column,
+         "text_field": str(spec.input_params.get("text_field", "text")), **stage_params.image_defaults(images)}
     if spec.branches:
         d["languages"] = list(spec.branches.languages)
     if not spec.train:
@@ -148,7 +149,7 @@ def wire(spec: PipelineSpec, a: dict, stage, run_id) -> None:
     is the run the stages write under."""
     launcher = a["launcher_image"]
     plan = _step(plan_run(spec_json=spec.to_json(), input_path=a["input_path"], work_root=a["work_root"], run_id=run_id,
-                          languages=a["languages"], input_format=a["input_format"], text_column=a["text_column"],
+                          languages=a["languages"], input_format=a["input_format"], text_column=a["text_column"], text_field=a["text_field"],
                           overrides_json=a["overrides_json"], cluster_json=a["cluster_json"]), "plan", launcher)
     _with_s3_secret(plan, a["s3_secret_name"])
     last = plan

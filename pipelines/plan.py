@@ -9,6 +9,7 @@ lose it. Parameters, lowest to highest (docs/pipelines.md):
 1. the transform's defaults;
 2. ``text_column`` for every parameter naming the text column (``content_column``, ingest's
    ``text_column``), and ``${text_column}`` inside string parameters (the filter criteria);
+   ``text_field`` (when set) is ingest's ``text_field``, over the spec's ``input.params``;
 3. the transform's own defaults for the branch's language (``Transform.branch_params``: the PII
    language and its recognizers, doc_quality's default language);
 4. the spec's stage ``params``, then the spec's ``branches.<branch>.params`` of that stage;
@@ -28,7 +29,7 @@ from typing import Any
 from prepline import registry
 from prepline.errors import ConfigError
 from prepline.pipelines.spec import INGEST, OTHER, SPLIT, PipelineSpec, StageSpec
-from prepline.stage_params import deep_merge
+from prepline.stage_params import ALLOW_EMPTY, allow_empty, deep_merge
 
 PLAN_FILE = "plan.json"
 PLAN_VERSION = 1
@@ -140,7 +141,7 @@ def _entry(stage: str, branch: str, runs: bool, reason: str = "", **kw) -> dict:
 
 def make_plan(spec: PipelineSpec, *, input_path: str, work_root: str, run_id: str, languages: list | None = None,
               text_column: str = "", input_format: str = "", overrides: dict | None = None, cluster: dict | None = None,
-              detected_format: str | None = None) -> dict:
+              detected_format: str | None = None, text_field: str = "") -> dict:
     """The resolved run (see the module doc). ``detected_format`` is the input's format when
     ``input_format`` is auto (:func:`detect_format`; computed here when not given)."""
     from prepline.stage_params import check_overrides
@@ -151,6 +152,8 @@ def make_plan(spec: PipelineSpec, *, input_path: str, work_root: str, run_id: st
     if not input_path:
         raise ConfigError("input_path is empty", "pass the input folder, file or s3:// URI")
     overrides = check_overrides(json.dumps(overrides or {}))
+    if text_field and INGEST in registry.names():  # the pipeline's text_field is ingest's (overrides_json still wins)
+        overrides = deep_merge({INGEST: {"params": {"text_field": text_field}}}, overrides)
     text_column = text_column or spec.text_column
     fmt = input_format or spec.input_format
     if fmt == "auto":
@@ -172,7 +175,8 @@ def make_plan(spec: PipelineSpec, *, input_path: str, work_root: str, run_id: st
         out = stage_output(work_root, run_id, st.name, branch)
         entries.append(_entry(st.name, branch, True, input=src, output=out,
                               params=stage_params(st, branch, text_column, overrides, wired or {}),
-                              cluster=deep_merge(deep_merge(cluster, sc), uc)))
+                              cluster=deep_merge(deep_merge(cluster, sc), uc),
+                              **({ALLOW_EMPTY: True} if allow_empty(overrides, st.name, branch) else {})))
         return out
 
     needs_ingest = fmt != "parquet"

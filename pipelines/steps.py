@@ -12,15 +12,18 @@ from prepline.stage_params import deep_merge
 
 
 def plan_step(spec_json: str, *, input_path: str, work_root: str, run_id: str, languages: list, input_format: str,
-              text_column: str, overrides_json: str, cluster_json: str) -> tuple[str, str]:
+              text_column: str, overrides_json: str, cluster_json: str, text_field: str = "") -> tuple[str, str]:
     """Resolve the spec for the run and write ``<work_root>/<run>/plan.json``; returns (its path, a Markdown table)."""
     from prepline.pipelines import spec as specs
     from prepline.pipelines.plan import make_plan, plan_markdown, write_plan
     from prepline.stages import _json
 
     plan = make_plan(specs.load(json.loads(spec_json)), input_path=input_path, work_root=work_root, run_id=run_id,
-                     languages=languages, text_column=text_column, input_format=input_format,
+                     languages=languages, text_column=text_column, text_field=text_field, input_format=input_format,
                      overrides=_json("overrides_json", overrides_json, {}), cluster=_json("cluster_json", cluster_json, {}))
+    from prepline.preflight import check_plan_input
+
+    check_plan_input(plan)  # the text column or field in the input's first file, before any cluster starts
     return write_plan(plan), plan_markdown(plan)
 
 

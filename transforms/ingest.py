@@ -157,6 +157,7 @@ class Ingest(Transform):
         batch.add(sid, text, rec.get(c.url_field), rec.get(c.date_field), others)
 
     def _read_jsonl(self, task: FileTask, f: IO[bytes], batch: _Batch) -> Iterator[None]:
+        found, checked, fields = False, 0, {}  # the text field in any record yet; records without it; their fields
         for line_no, line in enumerate(_decompressed(task.rel, f), 1):
             if not line.strip():
                 continue  # blank lines are not records
@@ -168,10 +169,19 @@ class Ingest(Transform):
                 yield
                 continue
             if isinstance(rec, dict):
+                if not found:
+                    found = self.config.text_field in rec
+                    if not found:
+                        checked += 1
+                        fields.update(rec)
+                        if checked >= _PROBE:
+                            raise _no_text_field(task, self.config.text_field, checked, fields)
                 self._fields(rec, sid, batch)
             else:
                 batch.add(sid, error="not_an_object")
             yield
+        if checked and not found:
+            raise _no_text_field(task, self.config.text_field, checked, fields)
 
     def _read_csv(self, task: FileTask, f: IO[bytes], batch: _Batch) -> Iterator[None]:
         text = io.TextIOWrapper(_decompressed(task.rel, f), encoding="utf-8", newline="")
@@ -214,12 +224,42 @@ class Ingest(Transform):
         if row == 0:
             yield _Batch().table(c.text_column)
 
+    def empty_output_fix(self, reason: str) -> str:
+        if reason in ("no_text", "text_not_a_string"):
+            return "set text_field to the field holding the text (prepline run ingest --text-field NAME; a pipeline: its text_field parameter)"
+        return super().empty_output_fix(reason)
+
     # -- the map ---------------------------------------------------------------------------------
     def transform(self, table: pa.Table, task: FileTask) -> Output:
         err = table.column(ERROR)
         removed = {k["values"]: int(k["counts"]) for k in pc.value_counts(err.drop_null()).to_pylist()} if err.null_count < len(err) else {}
         keep = table.filter(pc.is_null(err)) if removed else table
         return Output.of(keep.drop_columns([ERROR]), removed=removed)
+
+
+#: JSONL records read before a text field that none of them has is called wrong
+_PROBE = 1000
+#: field names that usually hold a document's text, in the order a fix suggests them
+TEXT_NAMES = ("text", "content", "contents", "body", "document", "raw_content", "article", "markdown")
+
+
+def likely_text_field(fields: dict) -> str | None:
+    """The field of ``fields`` (name -> a value) that most likely holds the text: a usual name, else
+    the longest string value."""
+    for n in TEXT_NAMES:
+        if isinstance(fields.get(n), str):
+            return n
+    strings = {k: len(v) for k, v in fields.items() if isinstance(v, str)}
+    return max(strings, key=strings.get) if strings else None
+
+
+def _no_text_field(task: FileTask, field: str, n: int, fields: dict) -> InputError:
+    """A JSONL file none of whose first records has the text field: the field is wrong, say which exist."""
+    guess = likely_text_field(fields)
+    names = ", ".join(sorted(fields)[:30]) or "none"
+    return InputError(f"{task.path}: no field '{field}' in {'any of its' if n < _PROBE else 'its first'} {n:,} records (fields: {names})",
+                      f"set text_field to the field holding the text, e.g. --text-field {guess or 'NAME'} "
+                      f"(a pipeline: --param text_field={guess or 'NAME'})")
 
 
 def _decompressed(rel: str, f: IO[bytes]) -> IO[bytes]:

@@ -123,17 +123,20 @@ def read_metadata(path: str) -> StageMetadata:
 
 def run(transform: str, input: str, output: str, *, params: dict | None = None, runtime: str = "local", workers: int = 0,
         cpus_per_worker: float = 1.0, ray_address: str | None = None, max_failed_files: int = 0, task_retries: int = 2,
-        overwrite: bool = False, progress: bool = False, workers_over_cpus: bool = False, **transform_params: Any) -> StageMetadata:
+        overwrite: bool = False, progress: bool = False, workers_over_cpus: bool = False, allow_empty_output: bool = False,
+        **transform_params: Any) -> StageMetadata:
     """Run ``transform`` over ``input`` into ``output`` (what ``prepline run`` does) and return its metadata.
 
     Transform parameters come as keywords (``min_chars=10``) or as ``params={...}`` (keywords win);
-    the other keywords are how to run it (never what it computes). Raises a PreplineError with a fix.
+    the other keywords are how to run it (never what it computes). Raises a PreplineError with a fix
+    (RunFailed when every document of a non-empty input was removed, unless ``allow_empty_output``).
     """
     from prepline.engine import RunOptions, run_transform
 
     opts = RunOptions(input=str(input), output=str(output), runtime=runtime, workers=workers, cpus_per_worker=cpus_per_worker,
                       ray_address=ray_address, max_failed_files=max_failed_files, task_retries=task_retries,
-                      overwrite=overwrite, progress=progress, workers_over_cpus=workers_over_cpus)
+                      overwrite=overwrite, progress=progress, workers_over_cpus=workers_over_cpus,
+                      allow_empty_output=allow_empty_output)
     result = run_transform(transform, {**(params or {}), **transform_params}, opts)  # checked by Config.from_params
     return _stage_metadata(result.metadata, result.output, result.resumed)
 
@@ -171,11 +174,12 @@ def run_pipeline(spec, work_root: str | Path, input: str | None = None, **params
     Without ``input`` the bundled sample is built. Returns the run folder,
     ``<work_root>/stages/<run id>/`` (its stages' outputs and metadata.json, plan.json, report.html)."""
     from prepline.kfp import local as kfp_local
-    from prepline.pipeline_cli import RunFolder, local_args
+    from prepline.pipeline_cli import RunFolder, local_args, preflight
     from prepline.pipelines.factory import spec_pipeline
 
     spec = spec if not isinstance(spec, (str, Path, dict)) else load_pipeline(spec)
     work = Path(work_root).resolve()
+    preflight(spec, params, input, work)  # parameters and input checked before a sample is built or a cluster starts
     args = local_args(work, input, params)
     with RunFolder(work / "stages", args, spec.name) as run:
         kfp_local.run_local(spec.name, args, str(work / "kfp"), pipeline=spec_pipeline(spec))

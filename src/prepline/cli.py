@@ -25,15 +25,20 @@ def _console(stderr: bool = False):
 
 
 def _add_param_options(parser: argparse.ArgumentParser, params: list[ParamInfo]) -> None:
+    """One option per parameter: a boolean takes the bare flag (``--split``) or a value
+    (``--split false``); a list repeats the option; the help names the allowed choices."""
     group = parser.add_argument_group("transform parameters")
     for p in params:
         flag = "--" + p.name.replace("_", "-")
         default = list(p.default) if p.type is list else p.default
-        helptext = f"{p.help} (default: {json.dumps(default)})".replace("%", "%%")  # argparse formats help with %
+        choices = f"; one of: {', '.join(map(str, p.choices))}" if p.choices else ""
+        helptext = f"{p.help} (default: {json.dumps(default)}{choices})".replace("%", "%%")  # argparse formats help with %
         if p.type is list:
-            group.add_argument(flag, dest=p.name, action="append", metavar="VALUE", help=helptext + "; repeat for several")
+            group.add_argument(flag, dest=p.name, action="append", metavar="VALUE",
+                               help=helptext + f"; repeat for several: {flag} a {flag} b, or one JSON list: {flag} '[\"a\", \"b\"]'")
         elif p.type is bool:
-            group.add_argument(flag, dest=p.name, metavar="true|false", help=helptext)
+            group.add_argument(flag, dest=p.name, nargs="?", const="true", metavar="true|false",
+                               help=helptext + f"; {flag} alone means true")
         else:
             group.add_argument(flag, dest=p.name, metavar=p.type_name.upper(), choices=p.choices, help=helptext)
 
@@ -62,6 +67,8 @@ def _run_parser(transform: str | None) -> argparse.ArgumentParser:
                    help="a task that makes no progress (reads nothing, uses no CPU) this long has its worker stopped and runs "
                         "again elsewhere, or fails the run naming it (default: PREPLINE_TASK_TIMEOUT or 300; 0: never)")
     p.add_argument("--overwrite", action="store_true", help="delete what is in --output first (default: resume or refuse)")
+    p.add_argument("--allow-empty-output", action="store_true",
+                   help="succeed even when every document of a non-empty input is removed (default: that run fails, naming the reasons)")
     p.add_argument("--params", default=None, help="transform parameters as a JSON object (flags win)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
     p.add_argument("--progress-interval", type=float, default=None, metavar="SECONDS",
@@ -94,6 +101,8 @@ def params_from_args(args: argparse.Namespace, config: type) -> dict[str, Any]:
     params: dict[str, Any] = parse_json("--params", args.params, {}) if args.params else {}
     for p in config.params():
         v = getattr(args, p.name, None)
+        if p.type is list and isinstance(v, list) and len(v) == 1 and v[0].strip().startswith("["):
+            v = v[0]  # one JSON list: parsed by the config
         if v is not None:
             params[p.name] = v
     return params
@@ -182,6 +191,7 @@ def _cmd_run(argv: list[str]) -> int:
         overwrite=args.overwrite,
         progress=not args.no_progress,
         workers_over_cpus=args.workers_over_cpus,
+        allow_empty_output=args.allow_empty_output,
     )
     from prepline.progress import Progress
     from prepline.tables import print_summary

@@ -177,9 +177,20 @@ def coerce(info: ParamInfo, value: Any) -> Any:
             raise ValueError(value)
         return str(value)
     except (ValueError, TypeError, OverflowError, json.JSONDecodeError):
-        hint = " (a JSON list or the option repeated)" if t is list else " (a whole number)" if t is int else ""
-        hint += " (a finite number)" if t is float else ""
-        raise ConfigError(f"parameter {info.name}={value!r} is not a valid {info.type_name}", f"pass a {info.type_name}{hint}") from None
+        raise ConfigError(f"parameter {info.name}={value!r} is not a valid {info.type_name}", f"pass {info.name} as {expected(info)}") from None
+
+
+#: what a value of each type is, in words (a fix says ``pass <name> as <this>``)
+_EXPECTED = {str: "a string", int: "a whole number (e.g. 8)", float: "a finite number (e.g. 0.5)", bool: "true or false"}
+
+
+def expected(info: ParamInfo) -> str:
+    """What a value of ``info``'s type looks like, in words with an example (for a fix)."""
+    if info.type is list:
+        flag = "--" + info.name.replace("_", "-")
+        return (f'a list of strings: the option repeated ({flag} a {flag} b) or a JSON list ({flag} \'["a", "b"]\'; '
+                f'in --params: {{"{info.name}": ["a", "b"]}})')
+    return _EXPECTED[info.type]
 
 
 def _to_int(value: Any) -> int:
@@ -217,12 +228,12 @@ def _check_value(cls: type, info: ParamInfo, value: Any) -> Any:
     name = f"{info.name}"
     if info.type is list:
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"parameter {name} must be a list of strings, got {value!r}", "pass a JSON list of strings")
+            raise ConfigError(f"parameter {name} must be a list of strings, got {value!r}", f"pass {name} as {expected(info)}")
         value = tuple(value)  # frozen all the way down
     elif info.type is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     elif not isinstance(value, info.type) or (info.type is int and isinstance(value, bool)):
-        raise ConfigError(f"parameter {name} must be {info.type_name}, got {value!r}", f"pass a {info.type_name}")
+        raise ConfigError(f"parameter {name} must be {info.type_name}, got {value!r}", f"pass {name} as {expected(info)}")
     if info.type is float and not math.isfinite(value):
         raise ConfigError(f"parameter {name}={value} is not a finite number", f"pass a finite number for {name}")
     if info.type is int and not -_INT64 <= value < _INT64:

@@ -145,7 +145,7 @@ def run_stage(
         stages.start(**common, timeout=start_timeout_seconds, image=ray_image, s3_secret_name=s3_secret_name)
         meta = stages.execute(**common, transform=transform, config_json=plan["config_json"], input_path=plan["input_path"],
                               output_path=plan["output_path"], workers=plan["workers"], max_failed_files=max_failed_files,
-                              timeout=timeout_seconds, poll=poll, out=out)
+                              timeout=timeout_seconds, poll=poll, out=out, allow_empty_output=plan.get("allow_empty_output", False))
         ok = True
     finally:
         try:

@@ -52,7 +52,7 @@ _RUN = [_pp("work_root", required=True), ("run_id", "String", RUN_ID_PLACEHOLDER
 STEPS: dict[str, tuple[str, list[tuple], str]] = {
     "plan": ("launcher", [("spec_json", "String", "{}", False, "The pipeline spec as JSON (set by the template)."),
                           _pp("input_path", required=True), *_RUN, _pp("languages", pipeline=False), _pp("input_format"),
-                          _pp("text_column"), _pp("overrides_json"), _pp("cluster_json")],
+                          _pp("text_column"), _pp("text_field"), _pp("overrides_json"), _pp("cluster_json")],
              "Resolve the pipeline spec for the run (input format, stages per branch, every stage's parameters) and write "
              "<work_root>/<run>/plan.json, which the stage nodes read."),
     "train_tokenizer": ("launcher", list(_RUN), "Train the run's one tokenizer on a sample of every branch (<work_root>/<run>/tokenizer)."),
@@ -103,7 +103,8 @@ def run_step(step: str, a: dict[str, str]) -> str:
     if step == "plan":
         path, table = steps.plan_step(a["spec_json"], input_path=a["input_path"], work_root=a["work_root"], run_id=a["run_id"],
                                       languages=_parse_list("languages", a["languages"]), input_format=a["input_format"],
-                                      text_column=a["text_column"], overrides_json=a["overrides_json"], cluster_json=a["cluster_json"])
+                                      text_column=a["text_column"], text_field=a.get("text_field", ""), overrides_json=a["overrides_json"],
+                                      cluster_json=a["cluster_json"])
         print(table, flush=True)
         return path
     if step == "train_tokenizer":

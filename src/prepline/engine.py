@@ -147,6 +147,8 @@ def run_transform(name: str, params: dict | None, options: RunOptions, progress:
         run.out.fence = lock.fence()  # every write of this run (driver and workers) checks the lock first
         done = _resume_or_refuse(run)
         if done is not None:
+            if empty := empty_output_error(run.transform, done.metadata.get("totals", {}), options.allow_empty_output):
+                raise empty
             return done
         _start(run)
         _run_phases(run, progress)
@@ -455,6 +457,8 @@ def _conclude(run: _Run) -> RunResult:
     if finished:
         meta["finish"] = finished
     _describe(run.transform, meta)
+    if status == "success" and (empty := empty_output_error(run.transform, meta["totals"], run.options.allow_empty_output)):
+        run.fatal, meta["status"] = empty, "failed"  # the work folder stays: a rerun with --allow-empty-output resumes
     if run.fatal is not None:
         meta["error"] = {"message": run.fatal.message, "fix": run.fatal.fix, "type": type(run.fatal).__name__,
                          **({k: v for k, v in run.fatal_task.items() if k not in ("error", "fix")} if run.fatal_task else {})}
@@ -469,6 +473,18 @@ def _conclude(run: _Run) -> RunResult:
         )
     _clear(run.out, WORK)
     return RunResult(meta, run.out.uri)
+
+
+def empty_output_error(transform: Transform, totals: dict, allowed: bool) -> RunFailed | None:
+    """The error of a run that removed every document of a non-empty input (never silent: a wrong
+    text field or criterion looks exactly like this), naming the reasons; None when allowed."""
+    if allowed or not totals.get("docs_in") or totals.get("docs_out"):
+        return None
+    reasons = sorted(totals.get("removed", {}).items(), key=lambda kv: (-kv[1], kv[0]))
+    why = ", ".join(f"{transform.label(k)} {v:,}" for k, v in reasons) or "no reason recorded"
+    fix = transform.empty_output_fix(reasons[0][0]) if reasons else f"check {transform.name}'s parameters against the data"
+    return RunFailed(f"{transform.name} removed all {totals['docs_in']:,} input documents (removed: {why}): the output is empty",
+                     f"{fix}; if an empty output is what you want, pass --allow-empty-output")
 
 
 def _describe(transform: Transform, meta: dict) -> None:

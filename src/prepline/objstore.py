@@ -329,6 +329,8 @@ def translate(exc: BaseException, what: str, loc: "RemoteLocation") -> BaseExcep
     """A storage library's exception as prepline's: transient, missing bucket, denied, missing file."""
     if isinstance(exc, (TransientStorageError, StorageDenied, InputError, ConfigError)):
         return exc
+    if loc.scheme == "hf" and (hub := _hub_error(exc, what, loc)) is not None:
+        return hub
     user = _user_mistake(exc, loc)
     if user is not None:
         return user
@@ -362,6 +364,36 @@ def _user_mistake(exc: BaseException, loc: "RemoteLocation") -> ConfigError | No
         if name == "ParamValidationError" or _error_code(e)[0] in ("InvalidBucketName", "InvalidURI"):
             return ConfigError(f"{loc.uri}: {' '.join(str(e).split())[:300]}",
                                "bucket names are 3-63 lowercase letters, digits, dots and hyphens; check the URI")
+    return None
+
+
+#: the Hugging Face Hub's exceptions (huggingface_hub, httpx, requests) by class name, and what they mean
+_HUB_OFFLINE = {"OfflineModeIsEnabled", "LocalEntryNotFoundError"}
+_HUB_UNREACHABLE = {"ConnectError", "ConnectTimeout", "NameResolutionError", "ProxyError", "NewConnectionError"}
+_HUB_MISSING = {"RepositoryNotFoundError", "GatedRepoError", "RevisionNotFoundError"}
+
+
+def _hub_error(exc: BaseException, what: str, loc: "RemoteLocation") -> StorageError | None:
+    """An ``hf://`` error the user can act on (offline mode, no network, a missing or gated
+    repository) as an input error with its fix (exit 6), not an unexpected one."""
+    import os
+
+    chain = list(_chain(exc))
+    names = {type(e).__name__ for e in chain}
+    hub = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    local = ("or download the dataset once (hf download --repo-type dataset <owner>/<name> --local-dir <folder>) "
+             "and pass that folder as the input")
+    if names & _HUB_OFFLINE:
+        return StorageError(f"{what}: HF_HUB_OFFLINE is set, so {loc.uri} cannot be read from the Hugging Face Hub",
+                            f"unset HF_HUB_OFFLINE (and check the network) to read from {hub}, {local}")
+    unreachable = next((e for e in chain if type(e).__name__ in _HUB_UNREACHABLE
+                        or (type(e).__name__ == "ConnectionError" and type(e).__module__.startswith("requests"))), None)
+    if unreachable is not None:
+        return StorageError(f"{what}: cannot reach the Hugging Face Hub at {hub} ({type(unreachable).__name__}: {_first_line(unreachable)})",
+                            f"check the network (a proxy: HTTPS_PROXY; another Hub: HF_ENDPOINT), {local}")
+    if names & _HUB_MISSING:
+        return StorageError(f"{what}: {loc.uri}: no such dataset or revision on {hub}, or it is private or gated",
+                            "check the name (hf://datasets/<owner>/<name>/<folder>); for a private or gated dataset set HF_TOKEN")
     return None
 
 

@@ -46,7 +46,9 @@ def cmd_pipeline(argv: list[str]) -> int:
     r.add_argument("--local", action="store_true", required=True, help="run on this machine with kfp.local (the only mode here; use `prepline kfp run` for a KFP server)")
     r.add_argument("--input", default=None, help="input folder or file (default: build the bundled sample)")
     r.add_argument("--work-root", default="runs/pipeline", help="where stage outputs go (default: runs/pipeline)")
-    r.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a pipeline parameter (JSON values allowed); repeat")
+    r.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a pipeline parameter; repeat. A list: languages=en,fr or JSON (languages='[\"en\", \"fr\"]'); "
+                        "an object: JSON (overrides_json='{\"filter\": {...}}'); e.g. text_field=content, text_column=text")
     r.add_argument("--sample-docs", type=int, default=None, help="size of the sample built when --input is not given")
     r.add_argument("--timings-json", default="", help="also write each task's duration and the per-kind summary here")
     r.add_argument("--verbose", action="store_true", help="show every task's whole log (kfp's executor lines too), not only prepline's lines")
@@ -88,17 +90,26 @@ def _compile(name: str, out: Path, elyra: str) -> int:
     return 0
 
 
-def _args(a, work: Path) -> dict[str, Any]:
+def param_values(items: list[str]) -> dict[str, Any]:
+    """``--param NAME=VALUE`` flags: JSON values, or text; a list parameter (languages) also takes
+    comma-separated values (``languages=en,fr``)."""
+    from prepline.stage_params import PARAMS
+
     params: dict[str, Any] = {}
-    for kv in a.param:
+    for kv in items:
         k, _, v = kv.partition("=")
-        if not _:
-            raise ConfigError(f"--param {kv!r} is not NAME=VALUE", "e.g. --param languages='[\"en\",\"ja\"]'")
+        if not _ or not k.strip():
+            raise ConfigError(f"--param {kv!r} is not NAME=VALUE", "e.g. --param languages=en,ja --param text_field=content")
+        k = k.strip()
         try:
             params[k] = json.loads(v)
         except json.JSONDecodeError:
             params[k] = v
-    return local_args(work, a.input, params, a.sample_docs)
+        if k in PARAMS and PARAMS[k].type is list and isinstance(params[k], str):
+            params[k] = [x.strip() for x in params[k].split(",") if x.strip()]
+        elif k in PARAMS and PARAMS[k].type is str and not isinstance(params[k], str) and not k.endswith("_json"):
+            params[k] = v  # a string parameter given a number or true: the text as typed
+    return params
 
 
 def local_args(work: Path, input: str | None, params: dict[str, Any], sample_docs: int | None = None) -> dict[str, Any]:
@@ -121,18 +132,42 @@ def local_args(work: Path, input: str | None, params: dict[str, Any], sample_doc
     return args
 
 
+def preflight(name, values: dict[str, Any], input: str | None, work: Path):
+    """Everything checked before a sample is built or a cluster starts (:mod:`prepline.preflight`):
+    the pipeline's name (or a loaded pipeline spec), its parameters, then the input. Returns the
+    pipeline's Target."""
+    from prepline import preflight as pf
+
+    target = pf.resolve(name) if isinstance(name, str) else pf.Target(name.name, "spec", name)
+    pf.check_values(target, values)
+    if target.kind == "chained" and not values.get("kfp_host"):
+        import os
+
+        from prepline.kfp.connection import ENV_ENDPOINT
+
+        if not os.environ.get(ENV_ENDPOINT) and not os.environ.get("KUBERNETES_SERVICE_HOST"):  # (in a pod: the in-cluster service)
+            raise ConfigError(f"{target.name} starts every stage as a run on a Kubeflow Pipelines server, and none is given",
+                              f"pass --param kfp_host=http://<host> (or set {ENV_ENDPOINT}), or run '{target.spec.name}' locally")
+    if input:
+        pf.check_input(target, str(Path(input).resolve()) if "://" not in input else input,
+                       {**values, "work_root": values.get("work_root") or str(work / "stages")})
+    return target
+
+
 def _run(a) -> int:
+    work = Path(a.work_root).resolve()
+    values = param_values(a.param)
+    target = preflight(a.name, values, a.input, work)  # before anything is built or started
     from prepline.kfp.local import TaskTimes, run_local, strip_ansi
+    from prepline.kfp.local_tasks import FAILURES
     from prepline.tables import print_run_counts, print_task_times
 
-    pipeline, name = None, a.name
+    pipeline, name = None, target.name
     if _is_spec(a.name):
         from prepline.pipelines.factory import spec_pipeline
 
-        spec = load_spec(a.name)
-        pipeline, name = spec_pipeline(spec), spec.name
-    work = Path(a.work_root).resolve()
-    args = _args(a, work)
+        pipeline = spec_pipeline(target.spec)
+    args = local_args(work, a.input, values, a.sample_docs)
     times = TaskTimes()
     started = time.time()
     try:
@@ -141,6 +176,13 @@ def _run(a) -> int:
     except RuntimeError as e:  # kfp.local's "pipeline finished with status FAILURE ..."
         msg = strip_ansi(str(e))
         _report(print_run_counts(work / "stages", started))  # what the stages up to the failure did
+        if FAILURES:  # the failing task's own error, as `prepline run` would say it (its log: task.log)
+            from prepline import errors
+
+            f = FAILURES[-1]
+            kind = getattr(errors, f.kind, None)
+            kind = kind if isinstance(kind, type) and issubclass(kind, errors.PreplineError) else RunFailed
+            raise kind(f.message, f.fix or f"see the task's log: {f.log}") from None
         raise RunFailed(msg, f"see the failing task's log above (every task's log: task.log in its folder under {work / 'kfp'})") from None
     print_task_times(times, secs)
     report = _report(print_run_counts(work / "stages", started))

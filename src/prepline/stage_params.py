@@ -58,14 +58,19 @@ _ALL = [
                   "Format of input_path: auto (by the files' extensions), parquet, jsonl, csv, warc, wet or hf; anything but "
                   "Parquet goes through ingest first."),
     PipelineParam("text_column", str, "contents",
-                  "The text column of every stage (their content_column, ingest's text_column, ${text_column} in the filter criteria)."),
+                  "The text column of every stage (their content_column, ingest's text_column, ${text_column} in the filter criteria); "
+                  "for a Parquet input, its column holding the text."),
+    PipelineParam("text_field", str, "text",
+                  "For JSONL, CSV and Hugging Face input: the field holding the text (ingest's text_field; default: the "
+                  "pipeline spec's input.params.text_field, else 'text'). Ingest writes it to text_column."),
     PipelineParam("from_plan", bool, False,
                   "Internal (set by the super pipeline). Take the stage's input, parameters and cluster from the run's plan.json, which the first step of a super "
                   "pipeline writes (params_json, overrides_json, input_stage and input_from_split are then not used)."),
     PipelineParam("params_json", str, "{}", "The transform's parameters as a JSON object (see the table above); {} for the defaults."),
     PipelineParam("overrides_json", str, "{}",
                   'Settings merged over the defaults (docs/pipelines.md): {"<stage>": {"params": {...}, "cluster": {...}, '
-                  '"branches": {"<language>": {"params": {...}}}}}; "tokenizer": the shared tokenizer\'s params.'),
+                  '"branches": {"<language>": {"params": {...}}}, "allow_empty_output": true}}; "tokenizer": the shared '
+                  'tokenizer\'s params. A stage that removes every document fails unless allow_empty_output is set for it.'),
     PipelineParam("branch", str, "", "Internal (set by the super pipeline). Language branch this stage runs for ('' outside a per-language branch)."),
     PipelineParam("input_stage", str, "", "Internal (set by the super pipeline). Read the output of this earlier stage of the same run instead of input_path."),
     PipelineParam("input_from_split", bool, False,
@@ -127,8 +132,19 @@ STAGE = ["input_path", "work_root", "params_json", "overrides_json", "branch", "
 SHARED = ["work_root", "overrides_json", "provider", "provider_json", "cluster_json", "max_failed_files", "timeout_seconds",
           "start_timeout_seconds", "s3_secret_name", "launcher_image", "ray_image"]
 TRAIN = ["train_mode", "train_languages", "train_params_json", "trainjob_json", "train_timeout_seconds", "trainer_image"]
-SUPER = ["input_path", "work_root", "languages", "input_format", "text_column", *SHARED[1:], *TRAIN]
+SUPER = ["input_path", "work_root", "languages", "input_format", "text_column", "text_field", *SHARED[1:], *TRAIN]
 CHAINED = [*SUPER, "kfp_host", "kfp_namespace", "kfp_experiment", "kfp_token_secret", "stage_pipeline_version"]
+
+
+#: the per-stage (and per-branch) setting of overrides_json that lets a stage remove every document
+ALLOW_EMPTY = "allow_empty_output"
+
+
+def allow_empty(overrides: dict, stage: str, branch: str = "") -> bool:
+    """overrides_json's ``allow_empty_output`` for one stage (its branch's setting wins)."""
+    s = overrides.get(stage, {}) if isinstance(overrides, dict) else {}
+    b = s.get("branches", {}).get(branch, {}) if branch else {}
+    return bool(b.get(ALLOW_EMPTY, s.get(ALLOW_EMPTY, False)))
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -204,10 +220,13 @@ def _check_settings(where: str, s, config, example: str, branches: bool) -> None
     from prepline.errors import ConfigError
 
     keys = ["params", "cluster"] + (["branches"] if branches else [])
-    if not isinstance(s, dict) or set(s) - set(keys):
-        raise ConfigError(f"{where} must be an object with {', '.join(repr(k) for k in keys)}", f"e.g. {example}")
+    if not isinstance(s, dict) or set(s) - set(keys) - {ALLOW_EMPTY}:
+        raise ConfigError(f"{where} must be an object with {', '.join(repr(k) for k in keys)} (and {ALLOW_EMPTY!r})", f"e.g. {example}")
     if any(not isinstance(s.get(k, {}), dict) for k in keys):
         raise ConfigError(f"{where}: {', '.join(repr(k) for k in keys)} must be JSON objects", f"e.g. {example}")
+    if not isinstance(s.get(ALLOW_EMPTY, False), bool):
+        raise ConfigError(f"{where}: {ALLOW_EMPTY!r} must be true or false, got {s[ALLOW_EMPTY]!r}",
+                          f'e.g. {{"filter": {{"{ALLOW_EMPTY}": true}}}}: the stage succeeds even when it removes every document')
     try:
         config.check_params(s.get("params", {}))  # the merged whole is checked by the plan / prepare
     except ConfigError as e:

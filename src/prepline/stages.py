@@ -57,7 +57,7 @@ def stage_overrides(overrides_json: str, stage: str, branch: str = "") -> tuple[
     ``{"<stage>": {"params": {...}, "cluster": {...}, "branches": {"<branch>": {...}}}}``."""
     o = _json("overrides_json", overrides_json, {})
     s = o.get(stage, {})
-    if not isinstance(s, dict) or set(s) - {"params", "cluster", "branches"}:
+    if not isinstance(s, dict) or set(s) - {"params", "cluster", "branches", "allow_empty_output"}:
         raise ConfigError(f"overrides_json[{stage!r}] must be an object with 'params', 'cluster' and/or 'branches'",
                           '{"filter": {"params": {"criteria": ["..."]}, "cluster": {"workers": {"replicas": 4}}}}')
     b = s.get("branches", {}).get(branch, {}) if branch else {}
@@ -111,11 +111,16 @@ def prepare(
             log.info("%s%s does not run: %s", stage, f" ({branch})" if branch else "", e.get("reason", ""))
             return {"run": False, "reason": e.get("reason", ""), "stage": stage, "branch": branch}
         params, cluster_json, src = e["params"], json.dumps(e["cluster"]), e["input"]
+        allow = bool(e.get("allow_empty_output", False))
+        _check_branch_input(src, stage, branch)
     else:
         check_overrides(overrides_json)  # every stage's, so that a bad one fails in the first step
         params = {**_json("params_json", params_json, {}), **stage_overrides(overrides_json, stage, branch)[0]}
         cluster_json = _merged_cluster(cluster_json, overrides_json, stage, branch)
         src = _input(work_root, data_run, stage, branch, input_path, input_stage, input_from_split)
+        from prepline.stage_params import allow_empty
+
+        allow = allow_empty(_json("overrides_json", overrides_json, {}), stage, branch)
     params = run_refs(params, work_root, data_run)
     from prepline import registry  # here, not at the top: start and stop (every stage's overhead) never import the transforms
 
@@ -133,7 +138,23 @@ def prepare(
         "cluster_json": cluster_json,
         "cluster_name": spec.name,
         "workers": workers_for(spec, _json("cluster_json", cluster_json, {}).get("cpus_per_worker", 1.0)),
+        "allow_empty_output": allow,
     }
+
+
+def _check_branch_input(src: str, stage: str, branch: str) -> None:
+    """A branch whose language the split found no document of has no input folder: say so before a
+    cluster starts (not "input folder .../lang=fr does not exist" from the job)."""
+    if not branch or not src.rstrip("/").endswith(f"/lang={branch}"):
+        return
+    from prepline.data_access import open_location
+    from prepline.errors import InputError
+
+    if not open_location(src).exists():
+        split = src.rstrip("/").rsplit("/", 2)[-2]
+        raise InputError(f"{stage} ({branch}): {split} found no document in language '{branch}' ({src} was not written)",
+                         f"leave {branch} out of the pipeline's languages parameter (e.g. --param languages=...), "
+                         f"or give input with {branch} documents; the languages found: {split}'s metadata.json")
 
 
 def _input(work_root: str, data_run: str, stage: str, branch: str, input_path: str, input_stage: str, from_split: bool) -> str:
@@ -239,7 +260,8 @@ def start(provider: str, provider_json: str, cluster_json: str, run_id: str, sta
     return spec.name
 
 
-def entrypoint(transform: str, config_json: str, input_path: str, output_path: str, workers: int, max_failed_files: int) -> str:
+def entrypoint(transform: str, config_json: str, input_path: str, output_path: str, workers: int, max_failed_files: int,
+               allow_empty_output: bool = False) -> str:
     """The Ray job's command. It logs progress lines (no terminal there) every PREPLINE_PROGRESS_INTERVAL
     seconds (default 10), in the step's PREPLINE_LOG_FORMAT: both are passed on when the step has them."""
     fmt = os.environ.get(logs.ENV_FORMAT, "")
@@ -249,6 +271,7 @@ def entrypoint(transform: str, config_json: str, input_path: str, output_path: s
         for a in ["python", "-m", "prepline.cli", *(["--log-format", logs.log_format(fmt)] if fmt else []), "run", transform,
                   "--input", input_path, "--output", output_path, "--runtime", "ray", "--workers", str(workers),
                   "--max-failed-files", str(max_failed_files), "--params", config_json,
+                  *(["--allow-empty-output"] if allow_empty_output else []),
                   *(["--progress-interval", str(progress.interval(float(every) if every else None))] if every else [])]
     )
 
@@ -270,6 +293,7 @@ def execute(
     poll: float = 1.0,
     out=sys.stdout,
     overrides_json: str = "",
+    allow_empty_output: bool = False,
 ) -> dict:
     """Run the transform as a Ray job, stream its logs, and check what it wrote. The metadata returned
     also has ``job``: its id and the seconds from submission to its end (as this step saw them)."""
@@ -277,7 +301,7 @@ def execute(
     cluster_json = _merged_cluster(cluster_json, overrides_json, stage, branch)
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     p = _provider(provider, provider_json)
-    cmd = entrypoint(transform, config_json, input_path, output_path, workers, max_failed_files)
+    cmd = entrypoint(transform, config_json, input_path, output_path, workers, max_failed_files, allow_empty_output)
     t0 = time.monotonic()
     jobs, job_id = _submit(p, spec, cmd)
     where = f"{stage}{'/' + branch if branch else ''}"
@@ -288,11 +312,30 @@ def execute(
 
     info = jobs.follow(job_id, out, timeout, poll, on_timeout=too_long)
     if info.status != "SUCCEEDED":
-        raise RunFailed(f"{stage}: Ray job {job_id} {info.status}: {info.message or 'see the log above'}", "see the job log above")
+        raise job_error(output_path, stage, f"Ray job {job_id} {info.status}: {info.message or 'see the log above'}")
     meta = check_output(output_path, max_failed_files, stage)
     meta["job"] = {"id": job_id, "seconds": round(time.monotonic() - t0, 3)}
     log.info("%s: %s", where, one_line(meta))
     return meta
+
+
+def job_error(output_path: str, stage: str, what: str) -> PreplineError:
+    """The error of a failed job: the one its metadata.json records (its kind, message and fix, as
+    ``prepline run`` said it), else RunFailed with ``what``."""
+    from prepline import errors
+    from prepline.data_access import open_location
+
+    try:
+        err = json.loads(open_location(output_path).read_text("metadata.json") or "{}").get("error") or {}
+    except Exception:  # noqa: BLE001 - no readable metadata: the job's own words
+        err = {}
+    kind = getattr(errors, str(err.get("type", "")), None)
+    if not err.get("message") or not (isinstance(kind, type) and issubclass(kind, PreplineError)):
+        return RunFailed(f"{stage}: {what}", "see the job log above")
+    fix = (err.get("fix") or "see the job log above").replace(
+        "pass --allow-empty-output", f'allow it for this stage in overrides_json: {{"{stage}": {{"allow_empty_output": true}}}}')
+    message = err["message"] if err["message"].startswith(f"{stage} ") else f"{stage}: {err['message']}"
+    return kind(message, fix)
 
 
 def one_line(meta: dict) -> str:

@@ -239,6 +239,12 @@ class Transform:
         """What a removal reason or a counter is called where people read it (e.g. a filter's SQL)."""
         return key
 
+    def empty_output_fix(self, reason: str) -> str:
+        """What to do when removal ``reason`` removed every document (the run fails unless an empty
+        output is allowed). Transforms name the parameter that usually explains it."""
+        see = " (removed_sample=N writes some of them to _removed/<reason>/ to look at)" if hasattr(self.config, "removed_sample") else ""
+        return f"check {self.name}'s parameters against the data{see}"
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config!r})"
 

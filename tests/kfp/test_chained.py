@@ -225,6 +225,9 @@ def test_chain_runs_every_stage_as_a_child_under_the_parents_folder(capsys, tmp_
 
         # the parent's plan step (its body runs here) writes the plan the children read
         write_plan(make_plan(SHIPPED, input_path="s3://bucket/in", work_root=work, run_id=parent, languages=langs, input_format="jsonl"))
+        for lg in langs:  # what lang_id's split wrote (a branch's prepare refuses a language it found no document of)
+            (Path(work) / parent / "lang_id" / f"lang={lg}").mkdir(parents=True)
+            (Path(work) / parent / "lang_id" / f"lang={lg}" / "part-0.parquet").write_bytes(b"x")
         for body, (task_name, _) in zip(posts, calls):
             ps = body["runtime_config"]["parameters"]
             assert body["experiment_id"] == parent_exp and body["pipeline_version_reference"]

@@ -94,6 +94,9 @@ def _run_opts(r: argparse.ArgumentParser) -> None:
     r.add_argument("--run-name", default=None)
     r.add_argument("--pipeline-root", default=None, help="where KFP stores task outputs (default: the server's)")
     r.add_argument("--service-account", default=None)
+    r.add_argument("--check-input", action="store_true",
+                   help="also read input_path from this machine before posting (exists, format, text column or field); "
+                        "every other setting of a prepline pipeline is always checked first")
     r.add_argument("--wait", action="store_true", help="then wait like `prepline kfp wait` (same exit codes)")
     r.add_argument("--timeout", type=float, default=None, help="with --wait: seconds")
     r.add_argument("--poll", type=float, default=5.0, help="with --wait: seconds between polls")
@@ -181,7 +184,8 @@ def _dispatch(a, out: _Out) -> int:
         values = gather_parameters(a.param, a.params_file)
         if a.action == "run":
             run = kc.start(package=a.file, pipeline=a.pipeline, version=a.version, values=values, experiment=a.experiment,
-                           run_name=a.run_name, pipeline_root=a.pipeline_root, service_account=a.service_account)
+                           run_name=a.run_name, pipeline_root=a.pipeline_root, service_account=a.service_account,
+                           check_input=a.check_input)
         else:
             run = kc.clone(a.run_id, values, run_name=a.run_name, experiment=a.experiment)
         if a.wait:

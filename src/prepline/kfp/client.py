@@ -26,7 +26,8 @@ from prepline import rest
 from prepline.errors import EXIT_CANCELED, EXIT_FAILED, EXIT_OK, EXIT_SERVICE, EXIT_TIMEOUT, EXIT_USAGE, ConfigError, PreplineError, RunFailed  # noqa: F401 (EXIT_* re-exported)
 from prepline.errors import ServiceError, TimedOut
 from prepline.kfp.connection import ENV_TOKEN, SA_TOKEN_PATH, Connection
-from prepline.kfp.params import check_parameters, check_secret_names, content_digest, read_package, root_inputs, spec_defaults
+from prepline.kfp.params import check_parameters, check_secret_names, content_digest, read_package, root_inputs, spec_defaults, spec_docs
+from prepline.preflight import check_kfp_run
 
 log = logging.getLogger("prepline")
 
@@ -392,7 +393,7 @@ class KfpClient:
 
     def start(self, *, package: str | None = None, pipeline: str | None = None, version: str = "", values: dict | None = None,
               experiment: str = "Default", run_name: str | None = None,
-              pipeline_root: str | None = None, service_account: str | None = None):
+              pipeline_root: str | None = None, service_account: str | None = None, check_input: bool = False):
         """Start a run from a compiled file (spec sent inline) or an uploaded pipeline (+version), with
         parameters checked against the pipeline's root inputs first."""
         values = values or {}
@@ -403,6 +404,7 @@ class KfpClient:
             label = docs[0]["pipelineInfo"]["name"]
             params = check_parameters(label, root_inputs(docs), values)
             check_secret_names(label, docs, params)
+            check_kfp_run(docs, params, check_input)  # a prepline pipeline's stage settings (and input): before posting
             exp = self.experiment(experiment)
             name = run_name or f"{label} {dt.datetime.now().strftime('%Y-%m-%d %H-%M-%S')}"
             with self.call(f"start run {name}"):
@@ -417,6 +419,7 @@ class KfpClient:
         else:
             params = check_parameters(pipeline, root_inputs(spec), values)
             check_secret_names(pipeline, spec, params)
+            check_kfp_run(spec_docs(spec), params, check_input)
         exp = self.experiment(experiment)
         name = run_name or f"{pipeline} {v.display_name} {dt.datetime.now().strftime('%Y-%m-%d %H-%M-%S')}"
         with self.call(f"start run {name}"):

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import json
 import logging
 import os
+import re
 import subprocess
 import warnings
 from collections import deque
@@ -62,17 +64,54 @@ def run_task(full_command: list[str], env_vars: dict[str, str] | None = None, ve
             else:
                 tail.append(line)
         rc = proc.wait()
-    if rc != 0 and not verbose:
-        say(f"(the last lines of the task's log{f', all of it in {path}' if path else ''}:)")
-        for line in tail:
-            say(line, end="")
+    if rc != 0:
+        err = task_error(list(tail), path)
+        if err is not None:
+            FAILURES.append(err)
+        if err is not None and not verbose:  # prepline's own error: no executor dump, the log keeps it
+            say(f"error in task {err.task}: {err.message}\n  fix: {err.fix}\n(the task's whole log: {path})")
+        elif not verbose:
+            say(f"(the last lines of the task's log{f', all of it in {path}' if path else ''}:)")
+            for line in tail:
+                say(line, end="")
     return rc
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskFailure:
+    """The prepline error a failed task ended with (the last lines of its traceback)."""
+
+    task: str
+    kind: str  # a class name of prepline.errors
+    message: str
+    fix: str
+    log: str
+
+
+#: the failures of the tasks of the run in progress, in order (kfp.local stops at the first)
+FAILURES: list[TaskFailure] = []
+_ERROR_LINE = re.compile(r"^prepline\.errors\.(\w+): (.*)$")
+
+
+def task_error(lines: list[str], path: Path | None) -> TaskFailure | None:
+    """The prepline error (class, message, fix) at the end of a failed task's output, if it is one."""
+    for i in range(len(lines) - 1, -1, -1):
+        m = _ERROR_LINE.match(lines[i].rstrip("\n"))
+        if m:
+            nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            fix = nxt[len("fix: "):] if nxt.startswith("fix: ") else ""
+            task = path.parent.name if path is not None else "?"
+            return TaskFailure(task, m.group(1), m.group(2), fix, str(path) if path else "")
+    return None
+
+
 class _HideKfpInfo(logging.Filter):
-    """kfp.local's own info lines (a task started, finished) are logged on the root logger."""
+    """kfp.local's own info lines (a task started, finished) are logged on the root logger; a task
+    that failed with prepline's error was said already (its line names the task)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if FAILURES and "finished with status" in str(record.msg) and "FAILURE" in str(record.msg):
+            return False
         return record.levelno >= logging.WARNING
 
 
@@ -92,6 +131,7 @@ def task_output(verbose: bool = False) -> Iterator[None]:
         return run_task(list(full_command), env_vars, verbose)
 
     handler.run_local_subprocess = run_local_subprocess
+    FAILURES.clear()
     with warnings.catch_warnings():
         if not verbose:
             logging.getLogger().addFilter(hide)

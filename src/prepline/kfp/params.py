@@ -158,10 +158,12 @@ def _coerce(name: str, value, ptype: str):
         except ValueError:
             raise bad("a number") from None
     if ptype in ("LIST", "STRUCT"):
-        want, label = (list, "a JSON list") if ptype == "LIST" else (dict, "a JSON object")
+        want, label = ((list, f"a JSON list or comma-separated values (e.g. --param {name}=a,b or --param '{name}=[\"a\", \"b\"]')")
+                       if ptype == "LIST" else (dict, f"a JSON object (e.g. --param '{name}={{\"key\": 1}}')"))
         if isinstance(value, str):
             import yaml
 
+            text = value
             try:
                 value = json.loads(value)
             except json.JSONDecodeError:
@@ -169,6 +171,8 @@ def _coerce(name: str, value, ptype: str):
                     value = yaml.safe_load(value)
                 except yaml.YAMLError:
                     raise bad(label) from None
+            if ptype == "LIST" and isinstance(value, str) and not text.strip().startswith(("[", "{")):
+                value = [x.strip() for x in text.split(",") if x.strip()]  # languages=en,fr
         if isinstance(value, want):
             return value
         raise bad(label)

@@ -84,6 +84,8 @@ class RunOptions:
     task_timeout: float = field(default_factory=default_task_timeout)
     #: allow more local workers than CPUs (up to MAX_WORKERS_PER_CPU per CPU); also PREPLINE_WORKERS_OVER_CPUS=1
     workers_over_cpus: bool = False
+    #: a run that removes every document of a non-empty input fails unless this is set
+    allow_empty_output: bool = False
 
     def __post_init__(self) -> None:
         if self.runtime not in ("local", "ray"):
