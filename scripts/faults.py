@@ -42,6 +42,7 @@ def main() -> int:
     ap.add_argument("-k", action="append", default=[], help="run only cases whose id contains this (repeat for several)")
     ap.add_argument("--markdown", default="", help="also write the table to this file")
     ap.add_argument("--work", default="", help="work folder (default: a temporary one, deleted after)")
+    ap.add_argument("--docs", type=int, default=20_000, help="documents in the corpus (default 20,000)")
     a = ap.parse_args()
 
     import logging
@@ -52,7 +53,7 @@ def main() -> int:
 
     chosen = [c for cid, c in CASES.items() if not a.k or any(k in cid for k in a.k)]
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="prepline-faults-"))
-    env = Env(work)
+    env = Env(work, docs=a.docs)
     rows = []
     t0 = time.perf_counter()
     try:
@@ -79,7 +80,7 @@ def main() -> int:
     text = table(rows)
     print(text)
     bad = [cid for cid, r in rows if not r.ok]
-    print(f"{len(rows) - len(bad)} of {len(rows)} cases as expected in {time.perf_counter() - t0:.0f}s"
+    print(f"{len(rows) - len(bad)} of {len(rows)} cases as expected in {time.perf_counter() - t0:.0f}s, on {a.docs:,} documents"
           + (f"; failed: {', '.join(bad)}" if bad else ""))
     if a.markdown:
         Path(a.markdown).write_text(text)

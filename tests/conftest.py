@@ -185,7 +185,11 @@ def s3_server():
         else:
             os.environ[k] = v
     proc.terminate()
-    proc.wait(10)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:  # a loaded machine, or a connection a fault case left hanging
+        proc.kill()
+        proc.wait(10)
 
 
 @pytest.fixture

@@ -63,6 +63,9 @@ def _run_parser(transform: str | None) -> argparse.ArgumentParser:
                    help="bad input files allowed to fail; they are listed (with their documents) in metadata.json (default 0)")
     p.add_argument("--task-retries", type=int, default=2,
                    help="times a task runs again when its worker process or Ray actor dies (default 2)")
+    p.add_argument("--task-timeout", type=float, default=None, metavar="SECONDS",
+                   help="a task that makes no progress (reads nothing, uses no CPU) this long has its worker stopped and runs "
+                        "again elsewhere, or fails the run naming it (default: PREPLINE_TASK_TIMEOUT or 300; 0: never)")
     p.add_argument("--overwrite", action="store_true", help="delete what is in --output first (default: resume or refuse)")
     p.add_argument("--allow-empty-output", action="store_true",
                    help="succeed even when every document of a non-empty input is removed (default: that run fails, naming the reasons)")
@@ -184,6 +187,7 @@ def _cmd_run(argv: list[str]) -> int:
         ray_address=args.ray_address,
         max_failed_files=args.max_failed_files,
         task_retries=args.task_retries,
+        **({"task_timeout": args.task_timeout} if args.task_timeout is not None else {}),
         overwrite=args.overwrite,
         progress=not args.no_progress,
         workers_over_cpus=args.workers_over_cpus,

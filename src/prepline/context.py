@@ -48,6 +48,13 @@ class FileTask:
         return replace(self, first_row=first_row)
 
 
+def task_key(item) -> str:
+    """A task's key (its marker's name, its progress reports' key): the file, the shard, or ``once``."""
+    if isinstance(item, FileTask):
+        return item.rel
+    return item if item == ONCE else f"{item:05d}"
+
+
 class Checked(Protocol):
     """What a checked read needs of a transform (:class:`prepline.transform.Transform` has it)."""
 

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from prepline import metadata, registry
-from prepline.context import FINAL, MARKERS, ONCE, WORK, PhaseContext, WorkerSpec
+from prepline.context import FINAL, MARKERS, ONCE, WORK, PhaseContext, WorkerSpec, task_key
 from prepline.data_access import FileInfo, LocalLocation, Location, RemoteLocation, inside, open_location
 from prepline.errors import (ConfigError, InputError, InternalError, Interrupted, OutputError, PreplineError, RunFailed,
                              ServiceError, ServiceUnavailable, os_error, user_mistake)
@@ -351,10 +351,7 @@ def _tracker(run: _Run, phase: Phase, keyed: dict[str, Any], done: dict[str, dic
     return t
 
 
-def _task_key(item: Any) -> str:
-    if isinstance(item, FileTask):
-        return item.rel
-    return item if item == ONCE else f"{item:05d}"
+_task_key = task_key
 
 
 def _phase_items(run: _Run, phase: Phase, files: list[FileTask]) -> list[Any]:
@@ -410,13 +407,14 @@ def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFa
         return True
 
     run.results[phase.name] = res
-    retried = executor.stats.get("retried", 0)
+    retried, stalled = executor.stats.get("retried", 0), executor.stats.get("stalled", 0)
     try:
         ok = executor.run(run.spec(phase.name, state), pending, on_result, tracker.report) if pending else True
     finally:
         if view:
             view.close()
     run.phases[phase.name] = {"tasks": len(items), "resumed": len(items) - len(pending), "retried": executor.stats.get("retried", 0) - retried,
+                              **({"stalled": n} if (n := executor.stats.get("stalled", 0) - stalled) else {}),
                               "seconds": round(time.perf_counter() - t0, 3), "workers": executor.workers,
                               **({"on_driver": True} if phase.on_driver else {})}
     return ok and not run.too_many_failures

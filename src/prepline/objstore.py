@@ -17,14 +17,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import re
 import socket
+import time
 from dataclasses import dataclass
 from typing import IO, Iterator
 
 from prepline.errors import ConfigError, InputError
 from prepline.location import FileInfo, Location, StorageDenied, StorageError, TransientStorageError
+
+log = logging.getLogger("prepline")
 
 #: scheme -> (fsspec protocol, pip package that provides it)
 SCHEMES = {
@@ -56,9 +60,13 @@ class S3Settings:
     endpoint: str | None  # PREPLINE_S3_ENDPOINT, else AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL
     connect_timeout: float  # PREPLINE_S3_CONNECT_TIMEOUT (s)
     read_timeout: float  # PREPLINE_S3_READ_TIMEOUT (s)
-    max_attempts: int  # PREPLINE_S3_MAX_ATTEMPTS: requests per call (botocore standard retries)
+    max_attempts: int  # PREPLINE_S3_MAX_ATTEMPTS: at most this many requests per call (a cap; the budget below rules)
     call_retries: int  # PREPLINE_S3_CALL_RETRIES: tries of a whole call (a body cut short, SlowDown)
     part_mb: int  # PREPLINE_S3_PART_MB: multipart upload part size (and write buffer)
+    #: PREPLINE_S3_RETRY_SECONDS: a request is retried (jittered exponential backoff, at most 20 s
+    #: apart) while less than this many seconds passed since it was first sent: a time, not a count,
+    #: so a brownout of up to RETRY_SECONDS - 20 s is ridden out however the jitter falls
+    retry_seconds: float = 60.0
 
     @classmethod
     def from_env(cls) -> "S3Settings":
@@ -67,13 +75,15 @@ class S3Settings:
         s = cls(
             endpoint=endpoint,
             connect_timeout=_num("PREPLINE_S3_CONNECT_TIMEOUT", 10.0, float),
-            read_timeout=_num("PREPLINE_S3_READ_TIMEOUT", 60.0, float),
-            max_attempts=_num("PREPLINE_S3_MAX_ATTEMPTS", 5, int),
+            read_timeout=_num("PREPLINE_S3_READ_TIMEOUT", 30.0, float),
+            max_attempts=_num("PREPLINE_S3_MAX_ATTEMPTS", 40, int),
             call_retries=_num("PREPLINE_S3_CALL_RETRIES", 2, int),
             part_mb=_num("PREPLINE_S3_PART_MB", 16, int),
+            retry_seconds=_num("PREPLINE_S3_RETRY_SECONDS", 60.0, float),
         )
-        if s.max_attempts < 1 or s.call_retries < 1 or s.connect_timeout <= 0 or s.read_timeout <= 0:
-            raise ConfigError("PREPLINE_S3_MAX_ATTEMPTS and _CALL_RETRIES must be >= 1, timeouts > 0", "fix the environment variable")
+        if s.max_attempts < 1 or s.call_retries < 1 or s.connect_timeout <= 0 or s.read_timeout <= 0 or not s.retry_seconds >= 0:
+            raise ConfigError("PREPLINE_S3_MAX_ATTEMPTS and _CALL_RETRIES must be >= 1, timeouts > 0, PREPLINE_S3_RETRY_SECONDS >= 0",
+                              "fix the environment variable")
         if not 5 <= s.part_mb <= 5120:
             raise ConfigError(f"PREPLINE_S3_PART_MB={s.part_mb}: S3 parts are 5 MiB to 5 GiB", "set it between 5 and 5120")
         if endpoint and not re.match(r"^https?://[^/\s]+", endpoint, re.IGNORECASE):
@@ -87,11 +97,69 @@ class S3Settings:
         cfg: dict = {
             "connect_timeout": self.connect_timeout,
             "read_timeout": self.read_timeout,
-            "retries": {"total_max_attempts": self.max_attempts, "mode": "standard"},  # requests, first included
+            # botocore's own retries off: RetryBudget (registered on every client) retries instead
+            "retries": {"total_max_attempts": 1, "mode": "standard"},
         }
         if self.endpoint:  # MinIO, Ceph, moto: path-style addressing
             cfg["s3"] = {"addressing_style": "path"}
         return cfg
+
+
+#: a request that has been failing this long is named in a warning (once), before its budget runs out
+WARN_AFTER = 30.0
+
+
+class RetryBudget:
+    """botocore's ``needs-retry`` handler for prepline's S3 clients (sync and async).
+
+    It retries what botocore's standard mode retries (its own checks: timeouts, connection errors,
+    5xx, 429 and throttling codes, with its jittered exponential backoff, at most 20 s apart), but
+    for as long as the request's time budget lasts (``PREPLINE_S3_RETRY_SECONDS``, from when it was
+    first sent) rather than for a fixed count, and without botocore's retry quota (which a brownout
+    drains). A request failing for ``WARN_AFTER`` seconds is named in a warning, once.
+    """
+
+    def __init__(self, settings: "S3Settings"):
+        from botocore.retries import standard
+
+        self.settings = settings
+        self._adapter = standard.RetryEventAdapter()
+        self._checker = standard.StandardRetryConditions(max_attempts=settings.max_attempts)
+        self._backoff = standard.ExponentialBackoff()
+
+    def register(self, events) -> None:
+        events.register("before-call.s3", self.before_call)
+        events.register("needs-retry.s3", self.needs_retry)
+
+    def before_call(self, context=None, **kwargs) -> None:
+        if context is not None:
+            context["prepline_t0"] = time.monotonic()
+
+    def needs_retry(self, **kwargs):
+        ctx = self._adapter.create_retry_context(**kwargs)
+        if not self._checker.is_retryable(ctx):
+            return None
+        rc = kwargs["request_dict"]["context"]
+        now = time.monotonic()
+        elapsed = now - rc.setdefault("prepline_t0", now)
+        delay = self._backoff.delay_amount(ctx)
+        budget = self.settings.retry_seconds
+        if elapsed >= WARN_AFTER and not rc.get("prepline_warned"):
+            rc["prepline_warned"] = True
+            op = getattr(kwargs.get("operation"), "name", "a request")
+            log.warning("the object store at %s has not answered %s for %.0fs (%s); retrying for up to %.0fs "
+                        "(PREPLINE_S3_RETRY_SECONDS)", self.settings.endpoint or "AWS S3", op, elapsed, _why(ctx), budget)
+        if elapsed + delay >= budget:
+            return None
+        return delay
+
+
+def _why(ctx) -> str:
+    if ctx.caught_exception is not None:
+        return type(ctx.caught_exception).__name__
+    code = (ctx.parsed_response or {}).get("Error", {}).get("Code")
+    status = getattr(ctx.http_response, "status_code", None)
+    return f"{status} {code}".strip() if code or status else "no answer"
 
 
 @functools.lru_cache(maxsize=16)
@@ -143,8 +211,13 @@ def s3_filesystem(settings: S3Settings | None = None):
     """A fresh s3fs filesystem with prepline's settings (never fsspec's shared instance)."""
     import s3fs
 
+    from aiobotocore.session import AioSession
+
     s = settings or S3Settings.from_env()
+    session = AioSession()
+    RetryBudget(s).register(session)  # copied into the client s3fs creates from the session
     fs = s3fs.S3FileSystem(
+        session=session,
         endpoint_url=s.endpoint,
         config_kwargs=s.botocore_config(),
         default_block_size=s.part_mb * 2**20,
@@ -161,7 +234,9 @@ def s3_client():
     from botocore.config import Config
 
     s = S3Settings.from_env()
-    return boto3.client("s3", endpoint_url=s.endpoint, config=Config(**s.botocore_config()))
+    client = boto3.client("s3", endpoint_url=s.endpoint, config=Config(**s.botocore_config()))
+    RetryBudget(s).register(client.meta.events)
+    return client
 
 
 def filesystem(scheme: str, uri: str):
@@ -264,7 +339,7 @@ def translate(exc: BaseException, what: str, loc: "RemoteLocation") -> BaseExcep
         return TransientStorageError(
             f"{what}: {_endpoint(loc)} did not answer in time or failed on its side ({type(cause).__name__}: {_first_line(cause)})",
             "check that the store is up and reachable, then rerun the same command: it resumes; retries and timeouts: "
-            "PREPLINE_S3_MAX_ATTEMPTS, PREPLINE_S3_CALL_RETRIES, PREPLINE_S3_CONNECT_TIMEOUT, PREPLINE_S3_READ_TIMEOUT (docs/storage.md)",
+            "PREPLINE_S3_RETRY_SECONDS, PREPLINE_S3_CALL_RETRIES, PREPLINE_S3_CONNECT_TIMEOUT, PREPLINE_S3_READ_TIMEOUT (docs/storage.md)",
             cause=cause,
         )
     if _not_found_bucket(exc):

@@ -26,8 +26,11 @@ DEFAULT_INTERVAL = 10.0
 #: a worker reports a running task at most this often (seconds)
 SEND_INTERVAL = 1.0
 
-#: (task key, documents so far, bytes so far) of a running task, cumulative
-Report = Callable[[str, int, int], None]
+#: (task key, documents so far, bytes so far) of a running task, cumulative; executors' reports may
+#: carry a fourth value (a heartbeat, or on the driver's side whether the task moved since the last)
+Report = Callable[..., None]
+#: the progress line says "no progress for ..." instead of an ETA once nothing moved this long (s)
+STALLED_AFTER = 30.0
 
 
 def interval(value: float | None = None) -> float:
@@ -43,17 +46,20 @@ def interval(value: float | None = None) -> float:
 
 
 class Sender:
-    """Worker side: forwards a running task's cumulative counts, at most every SEND_INTERVAL seconds."""
+    """Worker side: forwards a running task's cumulative counts, at most every SEND_INTERVAL seconds,
+    and its worker's heartbeats (:mod:`prepline.worker`) with the latest counts."""
 
-    __slots__ = ("_send", "_last")
+    __slots__ = ("_send", "_last", "_latest")
 
     def __init__(self, send: Report | None):
         self._send = send
         self._last = 0.0
+        self._latest: tuple[str, int, int] | None = None
 
     def __call__(self, key: str, docs: int, nbytes: int) -> None:
         if self._send is None:
             return
+        self._latest = (key, docs, nbytes)
         now = time.monotonic()
         if now - self._last >= SEND_INTERVAL:
             self._last = now
@@ -61,6 +67,22 @@ class Sender:
                 self._send(key, docs, nbytes)
             except Exception:  # noqa: BLE001 - progress never fails a task
                 self._send = None
+
+    @property
+    def active(self) -> bool:
+        return self._send is not None
+
+    def beat(self, key: str, beat: tuple) -> None:
+        """A heartbeat of the task ``key``: (pid, thread id, monotonic time, thread CPU s, process CPU s)."""
+        send = self._send
+        if send is None:
+            return
+        latest = self._latest
+        docs, nbytes = (latest[1], latest[2]) if latest is not None and latest[0] == key else (0, 0)
+        try:
+            send(key, docs, nbytes, beat)  # type: ignore[call-arg]
+        except Exception:  # noqa: BLE001 - progress never fails a task
+            self._send = None
 
 
 class Tracker:
@@ -76,6 +98,8 @@ class Tracker:
         self._running: dict[str, tuple[int, int]] = {}
         self._finished: set[str] = set()  # a report that arrives after its task's result is stale
         self.ended: float | None = None
+        #: when something last moved: a task finished, documents or bytes were read, a worker used CPU
+        self._moved = self.t0
 
     def resumed(self, n: int, docs: int, nbytes: int) -> None:
         """Tasks finished by an earlier run: done, but not part of this run's rate."""
@@ -86,13 +110,18 @@ class Tracker:
             self._resumed["docs"] += docs
             self._resumed["bytes"] += nbytes
 
-    def report(self, key: str, docs: int, nbytes: int) -> None:
+    def report(self, key: str, docs: int, nbytes: int, moved: bool | None = None) -> None:
+        """A running task's counts; ``moved`` (from the executor's heartbeats): it made progress
+        (None: progress if its counts changed)."""
         with self._lock:
             if self.ended is None and key not in self._finished:
+                if moved or (moved is None and self._running.get(key) != (docs, nbytes)):
+                    self._moved = time.monotonic()
                 self._running[key] = (docs, nbytes)
 
     def finished(self, key: str, docs: int, nbytes: int) -> None:
         with self._lock:
+            self._moved = time.monotonic()
             self._running.pop(key, None)
             self._finished.add(key)
             self._done["tasks"] += 1
@@ -111,7 +140,10 @@ class Tracker:
             s = {"stage": self.stage, "phase": self.phase, "by_files": self.by_files, "tasks_done": self._done["tasks"], "tasks": self.tasks,
                  "running": len(self._running), "docs": docs, "bytes": nbytes, "bytes_total": self.bytes_total}
             new_docs, new_bytes = docs - self._resumed["docs"], nbytes - self._resumed["bytes"]
-        elapsed = (self.ended or time.monotonic()) - self.t0
+            moved = self._moved
+        now = time.monotonic()
+        elapsed = (self.ended or now) - self.t0
+        s["idle_s"] = round(now - moved, 1) if self.ended is None and s["tasks_done"] < self.tasks else 0.0
         s["elapsed_s"] = round(elapsed, 1)
         s["docs_per_s"] = round(new_docs / elapsed, 1) if elapsed > 0 and self.counts_docs else None
         if not self.counts_docs:
@@ -147,7 +179,12 @@ def line(s: dict, final: bool = False) -> str:
             parts.append((f"{s['docs_per_s']:,.0f} docs/s, " if s.get("docs") is not None else "") + f"{s['mb_per_s']:,.2f} MB/s")
     else:
         parts.append(f"({100 * s['fraction']:.0f}%)")
-    parts.append(f"done in {duration(s['elapsed_s'])}" if final else f"ETA {duration(s['eta_s'])}")
+    if final:
+        parts.append(f"done in {duration(s['elapsed_s'])}")
+    elif s.get("idle_s", 0.0) >= STALLED_AFTER:  # an ETA from the rate so far would be a lie
+        parts.append(f"no progress for {duration(s['idle_s'])}")
+    else:
+        parts.append(f"ETA {duration(s['eta_s'])}")
     return f"{s['stage']} {s['phase']}: " + ", ".join(parts)
 
 

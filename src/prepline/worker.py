@@ -9,6 +9,8 @@ exception), so the driver decides what a failure means.
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 import time
 import traceback
 from collections import Counter
@@ -18,7 +20,7 @@ import pyarrow as pa
 
 from prepline import metadata, registry
 from prepline.config import REMOVED_DIR
-from prepline.context import FINAL, PhaseContext, WorkerSpec, short_error
+from prepline.context import FINAL, PhaseContext, WorkerSpec, short_error, task_key
 from prepline.errors import ConfigError, InputError, OutputError, PreplineError, ServiceError, os_error, user_mistake
 from prepline.location import ParquetSink
 from prepline.progress import Report, Sender
@@ -36,6 +38,10 @@ class Worker:
         self.report = Sender(report)  # a running task's documents and bytes, to the driver's progress
 
     def run(self, task: Any) -> dict:
+        with beating(task_key(task), self.report):
+            return self._run(task)
+
+    def _run(self, task: Any) -> dict:
         t0 = time.perf_counter()
         try:
             if self.spec.phase == FINAL:
@@ -60,6 +66,73 @@ class Worker:
             r["docs"] = _rows(self.ctx, task)  # the failed file's documents, when its footer says
         r["seconds"] = round(time.perf_counter() - t0, 4)
         return r
+
+
+#: seconds between two heartbeats of a running task
+BEAT_INTERVAL = 1.0
+
+
+class _Heartbeats:
+    """One daemon thread per process: while tasks run, every BEAT_INTERVAL seconds each one's key,
+    latest counts and CPU time go to the driver (:class:`~prepline.progress.Sender`), which stops a
+    task whose worker neither reads nor computes (``--task-timeout``). The first heartbeat goes at
+    once: the task started. Beats stop when the process is stopped or gone."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[int, tuple[str, Sender]] = {}  # thread id -> its task's key and sender
+        self._pid = 0
+
+    def start(self, key: str, sender: Sender) -> None:
+        ident = threading.get_ident()
+        with self._lock:
+            self._running[ident] = (key, sender)
+            if self._pid != os.getpid():  # first task of this process (a forked process has no thread of its parent's)
+                self._pid = os.getpid()
+                threading.Thread(target=self._loop, name="prepline-heartbeat", daemon=True).start()
+        _beat(ident, key, sender)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._running.pop(threading.get_ident(), None)
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(BEAT_INTERVAL)
+            with self._lock:
+                running = list(self._running.items())
+            for ident, (key, sender) in running:
+                _beat(ident, key, sender)
+
+
+#: in a Ray actor: its heartbeats carry the task thread's CPU as the process's (Ray's own threads in
+#: the actor's process use CPU whether or not the task does)
+THREAD_CPU_ONLY = False
+
+
+def _beat(ident: int, key: str, sender: Sender) -> None:
+    try:
+        thread_cpu = time.clock_gettime(time.pthread_getcpuclockid(ident))
+    except (AttributeError, OSError, ValueError):  # no per-thread clock here: the process's CPU only
+        thread_cpu = None
+    process_cpu = thread_cpu if THREAD_CPU_ONLY and thread_cpu is not None else time.process_time()
+    sender.beat(key, (os.getpid(), ident, time.monotonic(), thread_cpu, process_cpu))
+
+
+_heartbeats = _Heartbeats()
+
+
+@contextlib.contextmanager
+def beating(key: str, sender: Sender):
+    """Heartbeats for the task ``key`` while the block runs (none when nobody listens)."""
+    if not sender.active:
+        yield
+        return
+    _heartbeats.start(key, sender)
+    try:
+        yield
+    finally:
+        _heartbeats.stop()
 
 
 def _unexpected(e: Exception, task: Any, output: str) -> dict:

@@ -87,8 +87,8 @@ def ray_actor_lost_no_retries(env: Env, row: Row) -> Row:
 
 # -- node loss on a multi-node Ray -----------------------------------------------------------------
 def node_loss_main(src: str, work: str) -> dict:
-    """In a fresh process: a Ray of a CPU-less head and two 1-CPU raylets. Run 1: kill one raylet in the
-    reduce phase. Run 2: kill the other (none left): a clear error within PREPLINE_RAY_WORKER_WAIT;
+    """In a fresh process: a Ray of a CPU-less head and two 1-CPU raylets. Run 1: kill one raylet once the
+    stage's first file is hashed. Run 2: kill the other (none left): a clear error within PREPLINE_RAY_WORKER_WAIT;
     then a node comes back and the same run is done again."""
     import ray
     from ray.cluster_utils import Cluster
@@ -105,18 +105,44 @@ def node_loss_main(src: str, work: str) -> dict:
     ray.init(address=c.address, log_to_driver=False)
     report: dict = {}
     try:
-        def kill_in_reduce(out: str, node, key: str) -> None:
-            if wait_for(lambda: markers(Path(out), "reduce") >= 2, 180, 0.005):
+        def kill_mid_stage(out: str, node, key: str) -> None:
+            # once the stage's first file is hashed and the node's actor runs a task (killed late in the reduce
+            # phase, whose shards take milliseconds, or before its actor started, the node had nothing to lose).
+            # A lost node loses its workers too: remove_node kills the raylet only (ray/cluster_utils.py), and an
+            # actor whose raylet is gone can still finish its task; so its workers are killed first.
+            raylet = node.all_processes["raylet"][0].process.pid
+
+            def under() -> list[int]:
+                return [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and descends_from(int(d.name), raylet)]
+
+            def busy() -> bool:
+                for pid in under():
+                    try:
+                        if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::_RayWorker.run"):
+                            return True
+                    except OSError:
+                        pass
+                return False
+
+            if wait_for(lambda: markers(Path(out), "hash") >= 1 and busy(), 180, 0.002):
                 report[key] = time.perf_counter()
+                workers = under()
+                for pid in workers:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
                 c.remove_node(node, allow_graceful=False)
+                report[key + "_workers_killed"] = len(workers)
 
         opts = dict(runtime="ray", workers=2, progress=False, ray_address=c.address)
         out1 = f"{work}/one-node-lost"
-        threading.Thread(target=kill_in_reduce, args=(out1, nodes[0], "t1"), daemon=True).start()
+        threading.Thread(target=kill_mid_stage, args=(out1, nodes[0], "t1"), daemon=True).start()
         m = run_transform("exact_dedup", PARAMS, RunOptions(src, out1, **opts)).metadata
-        report["run1"] = {"status": m["status"], "retried": m["phases"]["reduce"]["retried"], "s": time.perf_counter() - report["t1"]}
+        report["run1"] = {"status": m["status"], "retried": sum(ph.get("retried", 0) for ph in m["phases"].values()),
+                          "s": time.perf_counter() - report["t1"]}
         out2 = f"{work}/all-nodes-lost"
-        threading.Thread(target=kill_in_reduce, args=(out2, nodes[1], "t2"), daemon=True).start()
+        threading.Thread(target=kill_mid_stage, args=(out2, nodes[1], "t2"), daemon=True).start()
         try:
             run_transform("exact_dedup", PARAMS, RunOptions(src, out2, **opts))
             report["run2"] = {"status": "success?!"}
@@ -134,7 +160,8 @@ def node_loss_main(src: str, work: str) -> dict:
     return report
 
 
-@case("ray_node_lost", "multi-node Ray (head + 2 raylets): one node killed mid-stage; then the last one; then a node back",
+@case("ray_node_lost", "multi-node Ray (head + 2 raylets): one node killed mid-stage (after its first file); then the last one; "
+      "then a node back",
       "the stage finishes on the other node, byte-identical; with no node left: exit 1 'every Ray worker was lost' within "
       "PREPLINE_RAY_WORKER_WAIT (10 s here); once a node is back the rerun is identical", RAY)
 def ray_node_lost(env: Env, row: Row) -> Row:
@@ -150,6 +177,7 @@ def ray_node_lost(env: Env, row: Row) -> Row:
         return row.done("the multi-node run did not report")
     rep = json.loads(lines[-1][len("REPORT "):])
     r1, r2 = rep.get("run1", {}), rep.get("run2", {})
+    row.check(rep.get("t1_workers_killed", 0) >= 1, f"the lost node had no worker to lose: {rep}")
     row.check(r1.get("status") == "success" and r1.get("retried", 0) >= 1, f"run 1: {r1}")
     row.check(r2.get("exit") == 1 and "every Ray worker was lost" in r2.get("error", "") and "fix:" in r2.get("error", ""), f"run 2: {r2}")
     row.check(r2.get("s", 99) <= 10 + 15, f"run 2 took {r2.get('s')}s to fail")
@@ -160,5 +188,5 @@ def ray_node_lost(env: Env, row: Row) -> Row:
     row.lost, row.duplicated = (row.lost or 0) + (lost2.lost or 0), (row.duplicated or 0) + (lost2.duplicated or 0)
     row.problems += lost2.problems
     row.seconds = r1.get("s", 0)
-    return row.done(f"node lost: shard retried, success {r1.get('s', 0):.1f}s after the kill, identical; no node left: exit 1 "
+    return row.done(f"node lost: task retried, success {r1.get('s', 0):.1f}s after the kill, identical; no node left: exit 1 "
                     f"after {r2.get('s', 0):.0f}s; node back: rerun identical")

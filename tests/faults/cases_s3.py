@@ -36,7 +36,11 @@ def _run(env: Env, row: Row, faults, max_failed: int = 0, output_on_s3: bool = T
     return r, out, proxy
 
 
-def _identical(env: Env, row: Row, r: Result, out: str) -> None:
+def _identical(env: Env, row: Row, r: Result, out: str, injected: int | None = None) -> None:
+    """Success, byte-identical to an uninterrupted run, no file counted as failed; and the fault happened
+    (``injected``: how many requests the proxy broke, at least one)."""
+    if injected is not None:
+        row.check(injected >= 1, "the fault never happened: the proxy broke no request")
     row.check(r.rc == 0, f"exit {r.rc}: {r.err[-700:]}")
     row.check("not a readable Parquet" not in r.err and "corrupt or truncated" not in r.err, "a transient fault was taken for bad input")
     if r.rc == 0:
@@ -60,14 +64,15 @@ def s3_5xx(env: Env, row: Row) -> Row:
         p.inject("503", times=2, match=r"^GET /[^?]+/in/f0")
         p.inject("503", times=2, match="^PUT")
     r, out, p = _run(env, row, faults)
-    _identical(env, row, r, out)
+    _identical(env, row, r, out, sum(p.stats.injected.values()))
+    row.check(sum(p.stats.injected.values()) == 6, f"injected: {p.stats.injected}")
     return row.done(f"{sum(p.stats.injected.values())} errors injected, all retried; success, identical")
 
 
 @case("s3_throttle", "S3 throttles (503 SlowDown) 2 requests in a row", "retried with backoff; success, byte-identical", S3)
 def s3_throttle(env: Env, row: Row) -> Row:
     r, out, p = _run(env, row, _transient("throttle", 2))
-    _identical(env, row, r, out)
+    _identical(env, row, r, out, p.stats.injected.get("throttle", 0))
     return row.done(f"{p.stats.injected.get('throttle', 0)} SlowDown answers retried; success, identical")
 
 
@@ -78,7 +83,7 @@ def s3_reset(env: Env, row: Row) -> Row:
         p.inject("reset", times=2, match="^GET /[^?]+/in/")
         p.inject("reset", times=2, match="^PUT")
     r, out, p = _run(env, row, faults)
-    _identical(env, row, r, out)
+    _identical(env, row, r, out, p.stats.injected.get("reset", 0))
     return row.done(f"{p.stats.injected.get('reset', 0)} resets retried; success, identical")
 
 
@@ -94,7 +99,8 @@ def s3_cut_body(env: Env, row: Row) -> Row:
 @case("s3_stall", "a read that stalls past the read timeout (2 s here), once (finding 4: 'not a readable Parquet file')",
       "timed out and retried, never reported as bad input; success, byte-identical", S3)
 def s3_stall(env: Env, row: Row) -> Row:
-    r, out, p = _run(env, row, _transient("stall", 1, match=r"^GET /[^?]+/in/f04\.parquet", seconds=3), max_failed=3)
+    r, out, p = _run(env, row, _transient("stall", 1, match=r"^GET /[^?]+/in/f04\.parquet", seconds=3), max_failed=3,
+                     extra={"PREPLINE_S3_READ_TIMEOUT": "2"})
     _identical(env, row, r, out)
     return row.done("stalled read timed out after 2 s and was retried; success, identical")
 
@@ -109,9 +115,32 @@ def s3_away_and_back(env: Env, row: Row) -> Row:
         p.down()
         time.sleep(2)
         p.up()
-    r, out, _ = _run(env, row, lambda p: None, during=during, extra={"PREPLINE_S3_MAX_ATTEMPTS": "6"})
+    r, out, p = _run(env, row, lambda p: None, during=during)
+    row.check(p.stats.requests >= 12, "the endpoint never went away: too few requests")
     _identical(env, row, r, out)
     return row.done("outage of 2 s bridged by retries; success, identical")
+
+
+@case("s3_brownout", "S3 answers 503 ServiceUnavailable to every request for 30 s mid-run (finding 6 of issue 30: a 10 s "
+      "brownout failed a run)", "ridden out with the default retry budget; success, byte-identical", S3)
+def s3_brownout(env: Env, row: Row) -> Row:
+    window = {}
+
+    def during(p: FaultProxy) -> None:
+        deadline = time.time() + 60
+        while p.stats.requests < 12 and time.time() < deadline:
+            time.sleep(0.01)
+        p.inject("503", times=-1)
+        window["start"] = time.perf_counter()
+        time.sleep(30)  # the fault's length, not a synchronisation
+        p.clear()
+        window["end"] = time.perf_counter()
+    r, out, p = _run(env, row, lambda p: None, during=during)
+    n = p.stats.injected.get("503", 0)
+    row.check("end" in window and n >= 3, f"the brownout did not happen as planned: {n} answers 503, window {window}")
+    _identical(env, row, r, out, n)
+    row.seconds = window.get("end", 0) - window.get("start", 0)
+    return row.done(f"{n} requests answered 503 over {row.seconds:.0f}s; retried within the default budget; success, identical")
 
 
 def _outage(env: Env, row: Row, mode: str) -> tuple[Result, float]:
@@ -134,7 +163,8 @@ def _outage(env: Env, row: Row, mode: str) -> tuple[Result, float]:
     try:
         t = threading.Thread(target=during, daemon=True)
         t.start()
-        r = env.cli(args, extra=env.s3_env(p.url), timeout=300)
+        r = env.cli(args, extra=env.s3_env(p.url, short=True), timeout=300)
+        row.check("t" in hit, "the fault never happened: the run ended before the store went away")
         secs = time.perf_counter() - hit["t"] if "t" in hit else r.seconds  # from the fault to the error
         p.clear()
         if mode == "down":
@@ -176,7 +206,7 @@ def s3_dead_port(env: Env, row: Row) -> Row:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     r = env.cli(["run", "doc_id", "--input", "s3://nobody/in", "--output", str(env.path("dead")), "--workers", "1"] + QUIET,
-                extra=env.s3_env(f"http://127.0.0.1:{port}"))
+                extra=env.s3_env(f"http://127.0.0.1:{port}", short=True))
     clear_error(row, r, 5, f"127.0.0.1:{port}")
     row.check(r.seconds <= S3_WORST_CASE + 5, f"took {r.seconds:.0f}s")
     row.seconds = r.seconds

@@ -26,12 +26,14 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
-#: a small retry budget for the S3 cases (docs/storage.md), so that a fault that outlasts it ends in seconds
-S3_BUDGET = {"PREPLINE_S3_CONNECT_TIMEOUT": "1", "PREPLINE_S3_READ_TIMEOUT": "2", "PREPLINE_S3_MAX_ATTEMPTS": "3",
-             "PREPLINE_S3_CALL_RETRIES": "2"}
-#: the longest one call can take with it: CALL_RETRIES x (MAX_ATTEMPTS x (connect + read timeout) + botocore's
-#: backoff, at most 1 + 2 s) (docs/reliability.md)
-S3_WORST_CASE = 2 * (3 * (1 + 2) + 3)
+#: the S3 cases that recover run with prepline's default retry budget (docs/storage.md: retries for up to
+#: PREPLINE_S3_RETRY_SECONDS = 60 s per request). Only the cases whose fault outlasts any budget (a store
+#: gone, frozen, a dead port) shorten it, so that their clear error comes in seconds, not minutes:
+S3_SHORT_BUDGET = {"PREPLINE_S3_CONNECT_TIMEOUT": "1", "PREPLINE_S3_READ_TIMEOUT": "2", "PREPLINE_S3_RETRY_SECONDS": "6",
+                   "PREPLINE_S3_CALL_RETRIES": "2"}
+#: the longest one call can take with it: CALL_RETRIES x (RETRY_SECONDS + the attempt under way, connect + read
+#: timeout) (docs/reliability.md)
+S3_WORST_CASE = 2 * (6 + 1 + 2)
 
 
 @dataclass
@@ -107,7 +109,9 @@ class Result:
 class Env:
     """Shared resources of one suite run: a work folder, the corpus, references, an S3 server."""
 
-    def __init__(self, root: Path, s3_endpoint: str | None = None):
+    def __init__(self, root: Path, s3_endpoint: str | None = None, docs: int = 0):
+        #: documents of the corpus (0: make_corpus's ~1,500, for the tests; scripts/faults.py: 20,000)
+        self.docs = docs
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self._s3 = s3_endpoint
@@ -125,13 +129,15 @@ class Env:
         """8 Parquet files of skewed sizes (~15% duplicates) with doc_id's ids."""
         ids = self.root / "corpus"
         if not (ids / "metadata.json").exists():
-            from conftest import make_corpus  # tests/ is on sys.path (pytest rootdir, scripts/faults.py)
-
             from prepline.engine import RunOptions, run_transform
 
-            raw = make_corpus(self.root / "raw", files=8)
+            raw = make_docs(self.root / "raw", self.docs) if self.docs else _small_corpus(self.root / "raw")
             run_transform("doc_id", {}, RunOptions(str(raw), str(ids), workers=1, progress=False))
         return ids
+
+    @property
+    def doc_count(self) -> int:
+        return sum(ids(self.corpus).values())
 
     @property
     def raw(self) -> Path:
@@ -214,9 +220,11 @@ class Env:
                 p.write_bytes(c.get_object(Bucket=bucket, Key=o["Key"])["Body"].read())
         return dst
 
-    def s3_env(self, endpoint: str) -> dict:
+    def s3_env(self, endpoint: str, short: bool = False) -> dict:
+        """The environment of a run against ``endpoint``: the default retry budget (``short``: S3_SHORT_BUDGET)."""
+        budget = S3_SHORT_BUDGET if short else {k: "" for k in S3_SHORT_BUDGET}  # "": the default, whatever the caller's environment
         return {"PREPLINE_S3_ENDPOINT": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_DEFAULT_REGION": "us-east-1", **S3_BUDGET}
+                "AWS_DEFAULT_REGION": "us-east-1", **budget}
 
     # -- Ray -----------------------------------------------------------------------------------
     def ray(self):
@@ -232,6 +240,45 @@ class Env:
         if self._moto is not None:
             self._moto.terminate()
             self._moto.wait(10)
+
+
+def _small_corpus(root: Path) -> Path:
+    from conftest import make_corpus  # tests/ is on sys.path (pytest rootdir, scripts/faults.py)
+
+    return make_corpus(root, files=8)
+
+
+def make_docs(root: Path, docs: int, files: int = 8, seed: int = 7) -> Path:
+    """``docs`` documents in ``files`` Parquet files of skewed sizes (1:2:3:5:8:13:21:34), ~15% of them
+    duplicates (some only after normalisation), some near-duplicates (a word changed), laid out like
+    conftest.make_corpus (``f00.parquet``, ``part=x/f01.parquet``, ...)."""
+    import random
+
+    from conftest import WORDS, write_parquet
+
+    rng = random.Random(seed)
+    weights = [1, 2, 3, 5, 8, 13, 21, 34][:files]
+    sizes = [max(1, docs * w // sum(weights)) for w in weights]
+    sizes[-1] += docs - sum(sizes)
+    pool: list[str] = []
+    for i, n in enumerate(sizes):
+        texts = []
+        for _ in range(n):
+            r = rng.random()
+            if pool and r < 0.15:
+                d = rng.choice(pool)
+                d = d.upper() if rng.random() < 0.3 else d + "  "
+            elif pool and r < 0.2:
+                w = rng.choice(pool).split() or ["x"]
+                w[rng.randrange(len(w))] = rng.choice(WORDS)
+                d = " ".join(w)
+            else:
+                d = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 60)))
+                pool.append(d)
+            texts.append(d)
+        sub = "" if i % 3 else "part=x/"
+        write_parquet(root, f"{sub}f{i:02d}.parquet", {"contents": texts, "len": [len(d) for d in texts]})
+    return root
 
 
 # -- checks ------------------------------------------------------------------------------------------

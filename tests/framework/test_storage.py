@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.server
 import socket
 import threading
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -70,7 +71,8 @@ def test_settings_from_env(monkeypatch):
     for k in ("PREPLINE_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
         monkeypatch.delenv(k, raising=False)
     s = S3Settings.from_env()
-    assert (s.endpoint, s.connect_timeout, s.read_timeout, s.max_attempts, s.call_retries, s.part_mb) == (None, 10.0, 60.0, 5, 2, 16)
+    assert (s.endpoint, s.connect_timeout, s.read_timeout, s.max_attempts, s.call_retries, s.part_mb, s.retry_seconds) == \
+        (None, 10.0, 30.0, 40, 2, 16, 60.0)
     assert "s3" not in s.botocore_config()  # AWS itself: virtual-hosted addressing
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://minio:9000")
     monkeypatch.setenv("PREPLINE_S3_READ_TIMEOUT", "7.5")
@@ -78,7 +80,8 @@ def test_settings_from_env(monkeypatch):
     s = S3Settings.from_env()
     cfg = s.botocore_config()
     assert s.endpoint == "http://minio:9000" and cfg["read_timeout"] == 7.5
-    assert cfg["retries"] == {"total_max_attempts": 3, "mode": "standard"} and cfg["s3"] == {"addressing_style": "path"}
+    # botocore's own retries are off: prepline's RetryBudget retries (at most MAX_ATTEMPTS requests, within RETRY_SECONDS)
+    assert cfg["retries"] == {"total_max_attempts": 1, "mode": "standard"} and cfg["s3"] == {"addressing_style": "path"}
     fs = open_location("s3://bkt/x").fs
     assert fs.retries == 2 and fs.config_kwargs["read_timeout"] == 7.5
     monkeypatch.setenv("PREPLINE_S3_PART_MB", "2")
@@ -182,6 +185,7 @@ def fast_retries(monkeypatch):
     monkeypatch.setenv("PREPLINE_S3_CALL_RETRIES", "1")
     monkeypatch.setenv("PREPLINE_S3_CONNECT_TIMEOUT", "1")
     monkeypatch.setenv("PREPLINE_S3_READ_TIMEOUT", "2")
+    monkeypatch.setenv("PREPLINE_S3_RETRY_SECONDS", "10")
 
 
 def test_unreachable_endpoint_is_transient_not_bad_input(fast_retries, monkeypatch):
@@ -191,7 +195,7 @@ def test_unreachable_endpoint_is_transient_not_bad_input(fast_retries, monkeypat
                  lambda: loc.parquet_file("a.parquet", 100).schema_arrow):
         with pytest.raises(TransientStorageError, match="s3://bkt/in") as ei:
             call()
-        assert is_transient(ei.value) and "PREPLINE_S3_MAX_ATTEMPTS" in ei.value.fix
+        assert is_transient(ei.value) and "PREPLINE_S3_RETRY_SECONDS" in ei.value.fix
         assert not isinstance(ei.value, (InputError, OSError))  # never taken for a bad file
 
 
@@ -210,6 +214,93 @@ def test_throttling_is_transient_and_retried_a_bounded_number_of_times(fast_retr
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _Brownout(http.server.BaseHTTPRequestHandler):
+    """503 ServiceUnavailable to every request until ``until`` (monotonic; set by the first request
+    plus ``seconds``), then S3's answer to GetObject of a small object."""
+
+    seconds, until, errors, body = 30.0, None, 0, b'{"ok": 1}'
+
+    def do_GET(self):
+        cls = type(self)
+        now = time.monotonic()
+        if cls.until is None:
+            cls.until = now + cls.seconds
+        if now < cls.until:
+            cls.errors += 1
+            err = b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code><Message>Please try again.</Message></Error>'
+            self.send_response(503)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(err)))
+            self.end_headers()
+            self.wfile.write(err)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(cls.body)))
+        self.send_header("ETag", '"0"')
+        self.end_headers()
+        self.wfile.write(cls.body)
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.mark.slow
+def test_a_30s_brownout_is_ridden_out_with_the_default_budget(monkeypatch):
+    """Finding 6 of issue 30: a 10 s 503 brownout failed a run. With the default budget (a time,
+    not a count of jittered retries) a 30 s one is ridden out, and a warning names it after 30 s."""
+    for k in ("PREPLINE_S3_MAX_ATTEMPTS", "PREPLINE_S3_CALL_RETRIES", "PREPLINE_S3_RETRY_SECONDS", "PREPLINE_S3_READ_TIMEOUT"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    _Brownout.until, _Brownout.errors = None, 0
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Brownout)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        monkeypatch.setenv("PREPLINE_S3_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+        t0 = time.monotonic()
+        assert open_location("s3://bkt/in").read_bytes("a.json") == _Brownout.body
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert time.monotonic() - t0 >= 30 and _Brownout.errors >= 3  # the brownout happened, and lasted
+
+
+def test_the_retry_budget_is_a_time_not_a_count(monkeypatch, caplog):
+    """A request is retried while it is younger than PREPLINE_S3_RETRY_SECONDS, whatever the jitter;
+    one failing for 30 s is named in a warning, once."""
+    from botocore.exceptions import EndpointConnectionError
+
+    from prepline import objstore
+
+    monkeypatch.setenv("PREPLINE_S3_RETRY_SECONDS", "60")
+    budget = objstore.RetryBudget(S3Settings.from_env())
+    clock = [1000.0]
+    monkeypatch.setattr(objstore.time, "monotonic", lambda: clock[0])
+    ctx: dict = {}
+    budget.before_call(context=ctx)
+
+    import botocore.session
+
+    op = botocore.session.get_session().get_service_model("s3").operation_model("GetObject")
+
+    def ask(attempts: int):
+        return budget.needs_retry(response=None, caught_exception=EndpointConnectionError(endpoint_url="http://x"),
+                                  attempts=attempts, operation=op, request_dict={"context": ctx})
+
+    delays = []
+    for n in range(1, 40):
+        d = ask(n)
+        if d is None:
+            break
+        delays.append(d)
+        clock[0] += d
+    assert 40 <= clock[0] - 1000 < 60 and all(d <= 20 for d in delays)  # retried until the budget, never past it
+    assert caplog.text.count("has not answered GetObject for") == 1 and "EndpointConnectionError" in caplog.text
 
 
 @pytest.mark.s3

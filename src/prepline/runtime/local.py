@@ -16,6 +16,7 @@ import multiprocessing as mp
 import os
 import queue
 import shutil
+import signal
 import tempfile
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -23,7 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from prepline.context import WorkerSpec
 from prepline.progress import Report
-from prepline.runtime.dispatch import OnResult, WorkerLost, dispatch
+from prepline.runtime.dispatch import Liveness, OnResult, WorkerLost, dispatch
 from prepline.runtime.options import usable_cpus
 from prepline.runtime.procs import kill_pool, new_pool, send, take_prestarted
 from prepline.worker import Worker
@@ -55,35 +56,37 @@ def _run_claimed(spec: WorkerSpec, task, token: str) -> dict:
     return _run(spec, task)
 
 
-class _Done:
-    """A finished task's result (a handle of the inline backend)."""
-
-    __slots__ = ("result",)
-
-    def __init__(self, result: dict):
-        self.result = result
-
-
 class _Inline:
-    """One worker: the driver's own process runs each task when it is submitted."""
+    """One worker: a thread of the driver's process runs the tasks one at a time (so the driver can
+    see a task that makes no progress, and leave its thread for a new one)."""
 
     capacity = 1
     lost_fix = ""
 
     def __init__(self, spec: WorkerSpec, report: Report | None = None):
-        self._worker = Worker(spec, report)
+        self._spec, self._report = spec, report
+        self._driver = _DriverWorker(spec, report)
 
-    def submit(self, task) -> _Done:
-        return _Done(self._worker.run(task))
+    def submit(self, task) -> Future:
+        return self._driver.submit(task)
 
-    def wait(self, handles: list) -> list:
-        return handles
+    def wait(self, handles: list, timeout: float | None = None) -> list:
+        return list(wait(handles, timeout=timeout, return_when=FIRST_COMPLETED)[0])
 
-    def result(self, handle: _Done) -> dict:
-        return handle.result
+    def result(self, fut: Future) -> dict:
+        return fut.result()
 
     def cancel(self, handles: list) -> None:
-        pass
+        for f in handles:
+            f.cancel()
+
+    def stop(self, fut: Future, pid: int | None) -> None:
+        """The task made no progress: its thread is left (a daemon) and a new one takes the next task."""
+        self._driver.close()
+        self._driver = _DriverWorker(self._spec, self._report)
+
+    def close(self) -> None:
+        self._driver.close()
 
     def wait_for_worker(self) -> None:  # capacity never drops: unreachable
         raise RuntimeError("the inline worker is always there")
@@ -202,6 +205,7 @@ class _DriverAndPool:
         # between files, ~15% of a 2-worker ingest). A queued task the pool has not started is
         # what an idle driver takes back, so the last files never wait behind a busy process.
         self.capacity = executor.workers + executor.pool_size
+        self._spec, self._report = spec, report
         self._driver = _DriverWorker(spec, report)
         self._driver_busy = False
         self._driver_task: Future | None = None
@@ -231,11 +235,28 @@ class _DriverAndPool:
                 return
             h.token = None  # a pool process has it
 
-    def wait(self, handles: list[_Handle]) -> list[_Handle]:
+    def wait(self, handles: list[_Handle], timeout: float | None = None) -> list[_Handle]:
         if not self._driver_busy:
             self._take_back(handles)
         by_future = {h.current: h for h in handles}
-        return [by_future[f] for f in wait(list(by_future), return_when=FIRST_COMPLETED)[0]]
+        return [by_future[f] for f in wait(list(by_future), timeout=timeout, return_when=FIRST_COMPLETED)[0]]
+
+    def stop(self, h: _Handle, pid: int | None) -> None:
+        """A task that made no progress: on the driver, its thread is left (a daemon) for a new one; in
+        the pool, its process is killed (the pool breaks and is rebuilt; its other tasks run again)."""
+        if h.on_driver:
+            self._driver.close()
+            self._driver = _DriverWorker(self._spec, self._report)
+            self._driver_busy, self._driver_task = False, None
+            if h.pool_future is not None:
+                self.pool.forget(h.pool_future)
+            return
+        self.pool.forget(h.current)
+        if pid is not None and pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def result(self, h: _Handle) -> dict:
         if h.on_driver:
@@ -265,13 +286,26 @@ class _DriverAndPool:
         shutil.rmtree(self._claims, ignore_errors=True)
 
 
+def _reporter(on_progress: Report | None, live: Liveness | None) -> Report:
+    """What workers report to: heartbeats feed ``live``; counts go on to ``on_progress`` (with
+    whether the task moved), reports of an abandoned attempt nowhere."""
+
+    def report(key: str, docs: int, nbytes: int, beat: tuple | None = None) -> None:
+        moved = live.report(key, docs, nbytes, beat) if live is not None else None
+        if on_progress is not None and (live is None or moved is not None):
+            on_progress(key, docs, nbytes, moved)
+
+    return report
+
+
 class LocalExecutor:
-    def __init__(self, workers: int = 0, task_retries: int = 2):
+    def __init__(self, workers: int = 0, task_retries: int = 2, task_timeout: float = 0.0):
         self.workers = workers or usable_cpus()
+        self.task_timeout = task_timeout
         #: processes of the pool (the driver's process is the other worker)
         self.pool_size = self.workers - 1
         self.task_retries = task_retries
-        self.stats: dict = {"retried": 0}
+        self.stats: dict = {"retried": 0, "stalled": 0}
         self._pool: ProcessPoolExecutor | None = None
         self._pool_generation = 0
         #: pool tasks whose results are still to be read (not taken back by the driver)
@@ -311,13 +345,18 @@ class LocalExecutor:
                     pass
 
     def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult, on_progress: Report | None = None) -> bool:
-        self._on_progress = on_progress
+        live = Liveness(self.task_timeout) if self.task_timeout > 0 else None
+        self._on_progress = report = _reporter(on_progress, live)
         try:
             if self.workers <= 1 or len(tasks) <= 1:
-                return dispatch(_Inline(spec, on_progress), tasks, on_result, self.task_retries, self.stats)
-            backend = _DriverAndPool(self, spec, on_progress)
+                inline = _Inline(spec, report)
+                try:
+                    return dispatch(inline, tasks, on_result, self.task_retries, self.stats, live)
+                finally:
+                    inline.close()
+            backend = _DriverAndPool(self, spec, report)
             try:
-                ok = dispatch(backend, tasks, on_result, self.task_retries, self.stats)
+                ok = dispatch(backend, tasks, on_result, self.task_retries, self.stats, live)
             except BaseException:
                 backend.close(wait_for_task=False)
                 raise
@@ -331,6 +370,7 @@ class LocalExecutor:
             self._queue.put(None)
             if self._drain is not None:
                 self._drain.join(timeout=2)
+            self._queue.cancel_join_thread()  # an exit never waits to push the sentinel into a pipe nobody reads
             self._queue.close()
             self._queue, self._drain = None, None
 

@@ -3,9 +3,28 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prepline.errors import ConfigError
+
+ENV_TASK_TIMEOUT = "PREPLINE_TASK_TIMEOUT"
+#: seconds a task may make no progress (no document read, no CPU used by its worker) before its
+#: worker is stopped and the task runs again elsewhere (or, past --task-retries, fails the run).
+#: Above the S3 layer's budget for one call (about 2 minutes for a store that stopped answering),
+#: so a dead store is reported as such first.
+DEFAULT_TASK_TIMEOUT = 300.0
+
+
+def default_task_timeout() -> float:
+    """PREPLINE_TASK_TIMEOUT, else 300 seconds (0: no task timeout)."""
+    raw = os.environ.get(ENV_TASK_TIMEOUT, "")
+    if raw == "":
+        return DEFAULT_TASK_TIMEOUT
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{ENV_TASK_TIMEOUT}={raw!r} is not a number of seconds", f"e.g. {ENV_TASK_TIMEOUT}=300 (0: no timeout)") from None
+
 
 #: environment variable that allows more local workers than CPUs (like ``--workers-over-cpus``)
 WORKERS_OVER_CPUS_ENV = "PREPLINE_WORKERS_OVER_CPUS"
@@ -61,6 +80,8 @@ class RunOptions:
     progress: bool = True
     #: times a task whose worker process or actor died is run again (tasks are idempotent)
     task_retries: int = 2
+    #: seconds a task may make no progress before its worker is stopped (0: never); see default_task_timeout
+    task_timeout: float = field(default_factory=default_task_timeout)
     #: allow more local workers than CPUs (up to MAX_WORKERS_PER_CPU per CPU); also PREPLINE_WORKERS_OVER_CPUS=1
     workers_over_cpus: bool = False
     #: a run that removes every document of a non-empty input fails unless this is set
@@ -76,3 +97,6 @@ class RunOptions:
             raise ConfigError("cpus_per_worker must be > 0", "pass --cpus-per-worker 1 (or 0.5, 2, ...)")
         if self.task_retries < 0:
             raise ConfigError("task_retries must be >= 0", "pass --task-retries N (0: a lost worker fails its task at once)")
+        if not self.task_timeout >= 0 or self.task_timeout == float("inf"):
+            raise ConfigError(f"task_timeout={self.task_timeout} must be a number of seconds >= 0",
+                              "pass --task-timeout SECONDS (0: no timeout; default 300, or PREPLINE_TASK_TIMEOUT)")

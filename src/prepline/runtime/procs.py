@@ -33,10 +33,10 @@ def init_worker(parent: int, progress: "mp.Queue | None" = None) -> None:
     _progress = progress
 
 
-def send(key: str, docs: int, nbytes: int) -> None:
-    """In a pool worker: a running task's progress, to the driver (best effort)."""
+def send(key: str, docs: int, nbytes: int, beat: "tuple | None" = None) -> None:
+    """In a pool worker: a running task's progress or heartbeat, to the driver (best effort)."""
     if _progress is not None:
-        _progress.put_nowait((key, docs, nbytes))
+        _progress.put_nowait((key, docs, nbytes, beat))
 
 
 def die_with_parent(parent: int) -> None:
@@ -128,6 +128,7 @@ def drop_prestarted() -> None:
     _early = None
     for p in kill_pool(pool):
         p.join(timeout=5)
+    q.cancel_join_thread()
     q.close()
 
 

@@ -17,14 +17,15 @@ from prepline.context import WorkerSpec
 from prepline.errors import ConfigError, RunFailed
 from prepline.progress import SEND_INTERVAL, Report
 from prepline.runtime import allocator
-from prepline.runtime.dispatch import OnResult, WorkerLost, dispatch
+from prepline.runtime.dispatch import Liveness, OnResult, WorkerLost, dispatch
 from prepline.worker import Worker
 
 log = logging.getLogger("prepline")
 
 
 class RayExecutor:
-    def __init__(self, workers: int = 0, cpus_per_worker: float = 1.0, address: str | None = None, task_retries: int = 2):
+    def __init__(self, workers: int = 0, cpus_per_worker: float = 1.0, address: str | None = None, task_retries: int = 2,
+                 task_timeout: float = 0.0):
         try:
             import ray
         except ImportError:
@@ -33,7 +34,8 @@ class RayExecutor:
         self._started = False
         self.cpus_per_worker = cpus_per_worker
         self.task_retries = task_retries
-        self.stats: dict = {"retried": 0}
+        self.task_timeout = task_timeout
+        self.stats: dict = {"retried": 0, "stalled": 0}
         if not ray.is_initialized():
             if address is None and not os.environ.get("RAY_ADDRESS"):
                 # a private local Ray: every listener on loopback, modest object store
@@ -73,14 +75,17 @@ class RayExecutor:
             except Exception:  # noqa: BLE001 - progress is best effort; the run goes on
                 continue
             on = self._on_progress
-            for key, (docs, nbytes) in reports.items():
+            for key, (docs, nbytes, beat) in reports.items():
                 if on is not None:
-                    on(key, docs, nbytes)
+                    on(key, docs, nbytes, beat)
 
     def run(self, spec: WorkerSpec, tasks: list, on_result: OnResult, on_progress: Report | None = None) -> bool:
-        self._on_progress = on_progress
+        from prepline.runtime.local import _reporter
+
+        live = Liveness(self.task_timeout) if self.task_timeout > 0 else None
+        self._on_progress = _reporter(on_progress, live)
         try:
-            return dispatch(_Actors(self, spec, min(self.workers, len(tasks))), tasks, on_result, self.task_retries, self.stats)
+            return dispatch(_Actors(self, spec, min(self.workers, len(tasks))), tasks, on_result, self.task_retries, self.stats, live)
         finally:
             self._on_progress = None
 
@@ -144,8 +149,8 @@ class _Actors:
         self._busy[ref] = actor
         return ref
 
-    def wait(self, handles: list) -> list:
-        done = self.ray.wait(handles + list(self.ex._starting), num_returns=1)[0]
+    def wait(self, handles: list, timeout: float | None = None) -> list:
+        done = self.ray.wait(handles + list(self.ex._starting), num_returns=1, timeout=timeout)[0]
         out = []
         for ref in done:
             if ref in self.ex._starting:
@@ -167,6 +172,15 @@ class _Actors:
             raise WorkerLost(f"Ray worker lost: {type(e).__name__}: {first}") from None
         self._free.append(actor)
         return r
+
+    def stop(self, ref, pid: int | None) -> None:
+        """A task that made no progress: its actor is killed and replaced (the task runs again elsewhere)."""
+        actor = self._busy.pop(ref)
+        if actor in self.ex._actors:
+            self.ex._actors.remove(actor)
+        self.ray.kill(actor)
+        self.capacity -= 1
+        self._start_one()
 
     def wait_for_worker(self) -> None:
         wait = float(os.environ.get("PREPLINE_RAY_WORKER_WAIT", "300"))
@@ -197,8 +211,9 @@ class ProgressBox:
     def __init__(self):
         self._latest: dict = {}
 
-    def add(self, key: str, docs: int, nbytes: int) -> None:
-        self._latest[key] = (docs, nbytes)
+    def add(self, key: str, docs: int, nbytes: int, beat: tuple | None = None) -> None:
+        old = self._latest.get(key)
+        self._latest[key] = (docs, nbytes, beat if beat is not None else (old[2] if old else None))
 
     def take(self) -> dict:
         out, self._latest = self._latest, {}
@@ -210,12 +225,15 @@ class _RayWorker:
         if log_format:
             os.environ.setdefault(logs.ENV_FORMAT, log_format)
         logs.setup_worker()
+        from prepline import worker
+
+        worker.THREAD_CPU_ONLY = True  # Ray's own threads here use CPU whatever the task does
         self._spec: WorkerSpec | None = None
         self._w: Worker | None = None
         self._box = box
 
-    def _send(self, key: str, docs: int, nbytes: int) -> None:
-        self._box.add.remote(key, docs, nbytes)  # fire and forget
+    def _send(self, key: str, docs: int, nbytes: int, beat: tuple | None = None) -> None:
+        self._box.add.remote(key, docs, nbytes, beat)  # fire and forget
 
     def ping(self) -> int:
         return os.getpid()
