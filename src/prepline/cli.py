@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import os
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from prepline import __version__, logs
 from prepline.config import ParamInfo
@@ -539,5 +540,30 @@ def run_command(fn, argv: list[str], debug: bool = False) -> int:
             signal.signal(signal.SIGTERM, old)
 
 
+def console() -> NoReturn:
+    """The ``prepline`` program."""
+    exit_program(main())
+
+
+def exit_program(code: int) -> NoReturn:
+    """End the process with ``code``. A run stopped by an error or a signal may leave a task running
+    in a thread (the driver's worker slot): the run has recorded its outcome by now, and Python's
+    shutdown would end that thread inside native code and abort the process (exit -6 instead of
+    143: :func:`prepline.runtime.local.tasks_running_in_threads`). Then the process leaves at once,
+    after flushing its output and logs; its pool processes exit when they see their parent gone."""
+    local = sys.modules.get("prepline.runtime.local")  # not imported: no task ran in this process
+    if local is not None and local.tasks_running_in_threads():
+        import logging
+
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
+                pass
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

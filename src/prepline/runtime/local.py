@@ -12,6 +12,7 @@ imports the transform: :mod:`prepline.runtime.procs`). The pool lives for the wh
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue
@@ -30,6 +31,33 @@ from prepline.runtime.procs import kill_pool, new_pool, send, take_prestarted
 from prepline.worker import Worker
 
 _current: tuple[WorkerSpec, Worker] | None = None
+
+#: threads of this process inside a task right now (the driver's worker slot, and slots left behind
+#: by a task that stalled): see :func:`tasks_running_in_threads`
+_in_task: set[int] = set()
+_in_task_lock = threading.Lock()
+
+
+def tasks_running_in_threads() -> bool:
+    """Whether a thread of this process is inside a task now. Such a thread may be in native code
+    (DuckDB, Arrow) that gave up the GIL; when Python shuts down, a thread that asks for the GIL back
+    is ended inside that code, and DuckDB's bindings then abort the whole process (SIGABRT, "FATAL:
+    exception not rethrown"). The program leaves without the shutdown then: prepline.cli.exit_program."""
+    with _in_task_lock:
+        return bool(_in_task)
+
+
+@contextlib.contextmanager
+def running_task():
+    """Marks the calling thread as inside a task while the block runs."""
+    me = threading.get_ident()
+    with _in_task_lock:
+        _in_task.add(me)
+    try:
+        yield
+    finally:
+        with _in_task_lock:
+            _in_task.discard(me)
 
 
 def _run(spec: WorkerSpec, task) -> dict:
@@ -115,8 +143,9 @@ class _DriverWorker:
             if not fut.set_running_or_notify_cancel():
                 continue
             try:
-                worker = worker or Worker(self._spec, self._report)
-                fut.set_result(worker.run(task))
+                with running_task():
+                    worker = worker or Worker(self._spec, self._report)
+                    fut.set_result(worker.run(task))
             except BaseException as e:  # noqa: BLE001 - handed to the dispatch loop (a bug: Worker.run returns errors)
                 fut.set_exception(e)
 
