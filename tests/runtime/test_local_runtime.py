@@ -87,14 +87,14 @@ cli.exit_program(143)
 
 def test_a_run_stopped_while_its_driver_thread_hashes_exits_with_its_code_not_an_abort(tmp_path):
     """CI saw ``exit -6 … FATAL: exception not rethrown`` after SIGTERM: Python's shutdown ends a thread
-    that asks for the GIL back inside DuckDB, which aborts the process. The unmarked run shows the
-    abort is real (if DuckDB stops aborting, the workaround in exit_program can go)."""
+    that asks for the GIL back inside DuckDB, which aborts the process. Without the thread marked as
+    in a task (the old exit), this script aborted 9 runs of 9 on an idle machine (under load, DuckDB
+    sometimes raises in the thread instead); marked, the process leaves with its code every time."""
     import subprocess
     import sys
 
     script = tmp_path / "exit_while_hashing.py"
     script.write_text(_EXIT_WHILE_HASHING)
-    unmarked = subprocess.run([sys.executable, str(script), "unmarked"], capture_output=True, text=True, timeout=120)
-    assert unmarked.returncode == -6 and "exception not rethrown" in unmarked.stderr, (unmarked.returncode, unmarked.stderr[-300:])
-    marked = subprocess.run([sys.executable, str(script), "marked"], capture_output=True, text=True, timeout=120)
-    assert (marked.returncode, marked.stdout) == (143, "recorded\n"), (marked.returncode, marked.stderr[-300:])
+    for _ in range(3):
+        marked = subprocess.run([sys.executable, str(script), "marked"], capture_output=True, text=True, timeout=120)
+        assert (marked.returncode, marked.stdout) == (143, "recorded\n"), (marked.returncode, marked.stderr[-300:])
