@@ -236,34 +236,48 @@ def train_quality_classifier(positive: str, negative: str, output: str, params: 
     return card
 
 
-def _fit(train_file: str, model_file: str, kwargs: dict) -> float:
-    """Train and save a supervised fastText model (runs in a fresh child process); the seconds it took."""
+def _fit_main() -> None:
+    """The child process of :func:`_fit_in_child`: train and save a supervised fastText model; print
+    the seconds it took (or fastText's error) as JSON."""
+    import sys
+
     import fasttext
 
+    job = json.loads(sys.stdin.read())
     t0 = time.perf_counter()
-    model = fasttext.train_supervised(input=train_file, **kwargs)
+    try:
+        model = fasttext.train_supervised(input=job["train_file"], **job["kwargs"])
+    except RuntimeError as e:
+        print(json.dumps({"error": str(e)}))
+        return
     seconds = time.perf_counter() - t0
-    model.save_model(model_file)
-    return seconds
+    model.save_model(job["model_file"])
+    print(json.dumps({"seconds": seconds}))
 
 
 def _fit_in_child(train_file: str, model_file: str, kwargs: dict, lr: float) -> float:
-    """:func:`_fit` in a fresh interpreter. fastText 0.9.2 trained twice in one process is not
-    reproducible (measured with fasttext-numpy2-wheel 0.9.2: the same data, seed and thread=1 gave the
-    same model twice, then "Encountered NaN" on the third call; every fresh process gave the same
-    model), so each training gets a process of its own, as the CLI's would be."""
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
+    """Train in a fresh interpreter (``python -c``, so that no caller's main module runs again); the
+    seconds training took. fastText 0.9.2 trained several times in one process is not reproducible
+    (measured with fasttext-numpy2-wheel 0.9.2: the same data, seed and thread=1 gave the same model
+    twice, then "Encountered NaN" on the third call; every fresh process gave the same model), so
+    each training gets a process of its own, as the CLI's would be."""
+    import subprocess
+    import sys
 
-    with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
-        try:
-            return pool.submit(_fit, train_file, model_file, kwargs).result()
-        except RuntimeError as e:  # fastText's own check: "Encountered NaN." (the learning rate is too high)
-            raise ConfigError(f"fastText training failed: {e}", f"lower lr (now {lr}), e.g. --lr {lr / 2:g}") from None
-        except BrokenProcessPool:
-            raise InputError("fastText training ended its process (out of memory?)",
-                             "lower bucket or dim, or max_docs_per_class, or give the machine more memory") from None
+    job = json.dumps({"train_file": train_file, "model_file": model_file, "kwargs": kwargs})
+    proc = subprocess.run([sys.executable, "-c", "from prepline.quality import _fit_main; _fit_main()"], input=job,
+                          capture_output=True, text=True, check=False)
+    try:
+        answer = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+    except (IndexError, json.JSONDecodeError):
+        answer = None
+    if answer is None:
+        raise InputError(f"fastText training ended its process (exit code {proc.returncode}; {proc.stderr.strip()[-300:] or 'no message'})",
+                         "if it ran out of memory: lower bucket, dim or max_docs_per_class, or give the machine more memory")
+    if "error" in answer:  # fastText's own check: "Encountered NaN." (training diverged)
+        raise ConfigError(f"fastText training failed: {answer['error']}",
+                          f"lower lr (now {lr}, e.g. --lr {lr / 2:g}), or raise bucket or dim (fewer shared hash rows)")
+    return float(answer["seconds"])
 
 
 def _fasttext_version() -> str:
