@@ -101,6 +101,13 @@ class QualityClassifier(Transform):
         for lang, path in self.config.models().items():
             check_model(path, f"lang_models[{lang}]" if lang else "model_path")
 
+    def check_resources(self) -> None:
+        """Every model exists (the pipeline's plan step, before any cluster starts); ``run:<stage>``
+        names a model the run makes itself."""
+        for lang, path in self.config.models().items():
+            if not path.startswith("run:"):
+                check_model(path, f"lang_models[{lang}]" if lang else "model_path")
+
     def setup(self, ctx) -> None:
         c = self.config
         self._models = {lang: load_classifier(path, c.positive_label, f"lang_models[{lang}]" if lang else "model_path")

@@ -296,3 +296,26 @@ def test_bad_model_fails_before_any_work(qc_model, tmp_path):
     assert "--positive-label hq" in e.value.fix or "--positive-label lq" in e.value.fix
     with pytest.raises(InputError, match="column 'lang' is missing"):
         run_transform("quality_classifier", {"lang_models": [f"en={model}"]}, RunOptions(str(src), str(tmp_path / "o4"), progress=False))
+
+
+def test_a_wrong_model_path_fails_the_plan_step_at_once(qc_model, tmp_path):
+    """In a pipeline spec (one model per language branch), a missing model fails the plan, before any stage runs."""
+    from prepline.pipelines import spec as specs
+    from prepline.pipelines.plan import entry, make_plan
+
+    model, _ = qc_model
+
+    def plan(en_model: str) -> dict:
+        spec = specs.load({"name": "quality", "stages": ["lang_id"],
+                           "branches": {"languages": ["en", "de"], "stages": [
+                               {"name": "quality_classifier", "params": {"model_path": str(model)},
+                                "branches": {"en": {"params": {"model_path": en_model}}}},
+                               {"name": "filter", "params": {"criteria": ["quality_score >= 0.5"]}}]}})
+        return make_plan(spec, input_path=str(tmp_path / "in"), work_root=str(tmp_path / "w"), run_id="run-1", detected_format="parquet")
+
+    good = plan(str(model / MODEL_FILE))
+    assert entry(good, "quality_classifier", "en")["params"]["model_path"] == str(model / MODEL_FILE)
+    assert entry(good, "quality_classifier", "de")["params"]["model_path"] == str(model)
+    with pytest.raises(ConfigError, match=r"quality_classifier \(branch en\): model_path .*nope.bin is not a file") as e:
+        plan(str(tmp_path / "nope.bin"))
+    assert "prepline quality train" in e.value.fix
