@@ -257,6 +257,9 @@ def test_the_command_line(qc_data, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error:") and "fix:" in err and "Traceback" not in err
     assert cli_main(["quality"]) == 2
+    import prepline
+
+    assert prepline.train_quality_classifier is train_quality_classifier  # the Python API
     assert cli_main(["quality", "train", "--positive", "a", "--negative", "b", "--output", "c", "--test-fraction", "2"]) == 2
     assert "test_fraction" in capsys.readouterr().err
 
