@@ -183,3 +183,25 @@ def test_missing_field_names_the_file_and_its_fields(tmp_path, planted):
     assert "qa=" in e.value.fix and not (tmp_path / "o").exists() or not glob.glob(str(tmp_path / "o" / "*.parquet"))
     with pytest.raises(ConfigError, match="at least one evaluation set"):
         run_transform("decontaminate", {}, RunOptions(str(src), str(tmp_path / "o3"), progress=False))
+
+
+def test_a_pipeline_spec_with_url_filter_and_decontaminate(tmp_path, planted):
+    """Both stages in a user's spec: params checked in the plan, ja's branch gets characters."""
+    from prepline.pipelines import spec as specs
+    from prepline.pipelines.plan import entry, make_plan
+
+    root, _, sets, _ = planted
+    f = tmp_path / "web.yaml"
+    f.write_text(specs.shipped_path().read_text().replace("name: super", "name: web")
+                 .replace("  - lang_id ", "  - url_filter\n  - lang_id ")
+                 .replace("    - doc_quality\n", "    - name: decontaminate\n      params: {eval_sets: ['%s']}\n    - doc_quality\n" % sets[0]))
+    spec = specs.load(f)
+    assert spec.order()[:5] == ["ingest", "doc_id", "exact_dedup", "fuzzy_dedup", "url_filter"]
+    p = make_plan(spec, input_path=str(tmp_path / "in"), work_root=str(tmp_path / "w"), run_id="run-1", detected_format="parquet")
+    assert entry(p, "decontaminate", "ja")["params"]["unit"] == "characters"
+    assert "unit" not in entry(p, "decontaminate", "en")["params"]
+    assert entry(p, "doc_quality", "en")["input"] == entry(p, "decontaminate", "en")["output"]
+    bad = f.read_text().replace(sets[0], "qa=/nonexistent/qa.jsonl:question")
+    f.write_text(bad)
+    with pytest.raises(ConfigError, match="qa.jsonl"):
+        make_plan(specs.load(f), input_path=str(tmp_path / "in"), work_root=str(tmp_path / "w"), run_id="run-1", detected_format="parquet")
