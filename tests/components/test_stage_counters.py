@@ -18,6 +18,8 @@ PARAMS = {
     "filter": {"criteria": ["length(contents) >= 150", "contents NOT LIKE '%the%'"], "criteria_labels": ["", "has 'the'"]},
     "lang_id": {"languages": ["en", "ja"], "drop_other": True},
     "tokenization": {"vocab_size": 300},
+    "url_filter": {"url_column": "source", "banned_words": ["tweets"], "action": "remove"},  # the sample has no url column
+    "decontaminate": {"eval_sets": [f"contract={Path(__file__).parents[1] / 'transforms' / 'contract_eval_set.jsonl'}:text"]},
 }
 
 
