@@ -295,8 +295,10 @@ class Decontaminate(Transform):
         found, grams = self._index.match(arr, c.unit)
         names = self._index.names
         counters = {f"decont_{s}": int((found == i).sum()) for i, s in enumerate(names)}
-        set_col = pa.array([names[i] if i >= 0 else None for i in found.tolist()], pa.string()) if (found >= 0).any() \
-            else pa.nulls(len(found), pa.string())
+        hit = found >= 0
+        set_col = pa.nulls(len(found), pa.string())
+        if hit.any():
+            set_col = pc.if_else(pa.array(hit), pc.take(pa.array(names, pa.string()), pa.array(np.where(hit, found, 0))), set_col)
         annotated = table.append_column(c.set_column, set_col).append_column(c.ngram_column, pa.array(grams, pa.string()))
         if c.action == "flag":
             return Output.of(annotated, counters=counters)
