@@ -47,7 +47,15 @@ STAGES = [
     # the training output (the Megatron dataset, as datatrove writes its token files) and num_tokens,
     # without the optional Parquet column of token lists (the super pipeline's setting; DPK's output is that column)
     PeerStage("tokenization", "corpus", {"tokenizer": "<tokenizer_dir>", "tokens_column": ""}),
+    # web-text stages (issue 27): the corpus with URLs, user lists and words that both tools take the
+    # same way (lower-case URLs, registered domains listed); an evaluation set of excerpts of the corpus
+    PeerStage("url_filter", "urls", {"domain_lists": ["<domains_txt>"], "use_default_words": False,
+                                     "banned_words": ["porn", "casino"], "soft_banned_words": ["free", "cheap", "pills"],
+                                     "action": "remove"}, ("datatrove",)),
+    PeerStage("decontaminate", "corpus", {"eval_sets": ["bench=<eval_jsonl>:text"], "action": "remove"}, ("datatrove",)),
 ]
+#: the domains url_filter's lists block in the peer corpus (web_inputs)
+BLOCKED_DOMAINS = ("spam-farm.com", "link-mill.net", "ads.example.org")
 
 
 def ensure_venv(name: str, log=print) -> Path:
@@ -82,6 +90,44 @@ def make_assets(folder: Path) -> dict:
     assets = {"lid_model": str(packaged_model()), "tokenizer_dir": str(tok_dir), "tokenizer_json": str(tok_dir / "tokenizer.json")}
     (folder / "assets.json").write_text(json.dumps(assets, indent=2))
     return assets
+
+
+def web_inputs(base: Path, assets: dict) -> None:
+    """``urls/``: the corpus with a ``url`` column (about 1 in 8 blocked by domain, 1 in 12 by a banned
+    word, 1 in 15 by soft words, 1 in 40 without a URL), ``domains.txt``, and ``eval.jsonl``: 30-word
+    excerpts of every 40th document, for url_filter and decontaminate. Deterministic."""
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(27)
+    (base / "urls").mkdir(exist_ok=True)
+    excerpts = []
+    for f in sorted((base / "corpus").glob("*.parquet")):
+        t = pq.read_table(f)
+        urls = []
+        for i, text in enumerate(t.column("contents").to_pylist()):
+            r = rng.random()
+            host = rng.choice(["www.", "news.", "a.b.", ""]) + (rng.choice(BLOCKED_DOMAINS) if r < 0.125 else
+                                                              rng.choice(["example.com", "wiki.org", "blog.net", "shop.de"]))
+            path = rng.choice(["article", "post", "page", "story"]) + f"-{rng.randrange(10**6)}"
+            if 0.125 <= r < 0.21:
+                path = rng.choice(["porn", "casino"]) + "-" + path
+            elif 0.21 <= r < 0.28:
+                path = "free-cheap-pills/" + path
+            elif 0.28 <= r < 0.31:
+                path = "free/" + path  # one soft word: passes
+            urls.append(None if 0.31 <= r < 0.335 else f"https://{host}/{path}.html")
+            words = (text or "").split()
+            if rng.random() < 1 / 40 and len(words) > 60:
+                at = rng.randrange(len(words) - 30)
+                excerpts.append(" ".join(words[at:at + 30]))
+        pq.write_table(t.append_column("url", pa.array(urls, pa.string())), base / "urls" / f.name)
+    (base / "assets" / "domains.txt").write_text("\n".join(BLOCKED_DOMAINS) + "\n")
+    (base / "assets" / "eval.jsonl").write_text("".join(json.dumps({"text": e}) + "\n" for e in excerpts))
+    assets.update(domains_txt=str(base / "assets" / "domains.txt"), eval_jsonl=str(base / "assets" / "eval.jsonl"))
+    (base / "assets" / "assets.json").write_text(json.dumps(assets, indent=2))
 
 
 def _output(tool: str, stage: str, dst: Path) -> Path:
@@ -124,6 +170,14 @@ def _accuracy(stage: str, tool: str, truth: Path, src: Path, out: Path, ref: dic
         if tool == "dpk":
             return score.compare_tokens(ref["tokens"], score.token_counts(out, "id", "token_count"))
         return score.compare_tokens(ref["tokens"], None, score.datatrove_tokens(out))
+    if stage in ("url_filter", "decontaminate"):  # the same documents kept and removed?
+        kept = set(score.read_columns(out, ["id"]).column("id").to_pylist()) if out.exists() else set()
+        if tool == "prepline":
+            ref["kept"] = kept
+            return {"docs_out": len(kept)}
+        n = len(score.read_columns(src, ["id"]))
+        return {"docs_out": len(kept), "agreement": 1 - len(kept ^ ref.get("kept", set())) / max(n, 1),
+                "only_prepline_kept": len(ref.get("kept", set()) - kept), "only_peer_kept": len(kept - ref.get("kept", set()))}
     return {"docs_out": len(score.read_columns(out, ["id"]))}
 
 
@@ -141,6 +195,9 @@ def _note(stage: str, acc: dict) -> str:
         if "identical_total" in acc:
             return f"total {acc['total']:,} ({'=' if acc['identical_total'] else '≠'} prepline's)"
         return f"total {acc['total']:,} tokens"
+    if "agreement" in acc:
+        return (f"{acc['docs_out']:,} docs out, decisions agree {acc['agreement']:.4f} (kept only by prepline "
+                f"{acc['only_prepline_kept']}, only by the peer {acc['only_peer_kept']})")
     return f"{acc['docs_out']:,} docs out"
 
 
@@ -155,6 +212,7 @@ def run(work: Path, docs: int, only: list[str], timed: Callable, skip_install: b
     summary = corpus.build(base, docs)
     print(f"[peers] corpus: {json.dumps(summary)} ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
     assets = make_assets(base / "assets")
+    web_inputs(base, assets)
     assets_file = base / "assets" / "assets.json"
     pythons = {p: (ROOT / ".venv-peers" / p / "bin" / "python") if skip_install else ensure_venv(p) for p in tools}
     rows = []
@@ -166,7 +224,8 @@ def run(work: Path, docs: int, only: list[str], timed: Callable, skip_install: b
             dst = base / "out" / tool / st.name
             shutil.rmtree(dst, ignore_errors=True)
             if tool == "prepline":
-                params = {k: (assets["tokenizer_dir"] if v == "<tokenizer_dir>" else v) for k, v in st.params.items()}
+                params = json.loads(json.dumps(st.params).replace("<tokenizer_dir>", assets["tokenizer_dir"])
+                                    .replace("<domains_txt>", assets["domains_txt"]).replace("<eval_jsonl>", assets["eval_jsonl"]))
                 cmd = [sys.executable, "-m", "prepline.cli", "run", st.name, "--input", str(src), "--output", str(dst),
                        "--workers", "2", "--overwrite", "--no-progress", "--params", json.dumps(params)]
             else:

@@ -14,7 +14,8 @@ default needs the network:
 * tokenization: ``DocumentTokenizer`` with the same tokenizer.json as every tool, no EOS, no
   shuffling (prepline does not shuffle either);
 * doc_quality: ``GopherQualityFilter`` + ``GopherRepetitionFilter`` (datatrove filters where
-  prepline and DPK annotate; C4's bad-word list would be downloaded).
+  prepline and DPK annotate; C4's bad-word list would be downloaded);
+* url_filter, decontaminate: see their functions (no integrated lists, no lighteval).
 """
 
 from __future__ import annotations
@@ -136,7 +137,48 @@ def tokenization(src: str, dst: str, assets: dict) -> None:
     _run([([_reader(src), tok], _files(src), WORKERS)], dst)
 
 
-STAGES = {f.__name__: f for f in (exact_dedup, fuzzy_dedup, lang_id, doc_quality, filter, tokenization)}
+def url_filter(src: str, dst: str, assets: dict) -> None:
+    """``URLFilter`` with the lists and words prepline gets (harness.py), without the integrated lists
+    (prepline ships none), the public suffix list from tldextract's bundled snapshot (no download),
+    and documents without a URL kept (datatrove asserts one; prepline lets them pass)."""
+    from datatrove.pipeline.filters import URLFilter
+    from tldextract import TLDExtract
+
+    class KeepMissing(URLFilter):
+        def filter(self, document):
+            return True if not document.metadata.get("url") else super().filter(document)
+
+    with open(assets["domains_txt"]) as f:
+        domains = [line.strip() for line in f if line.strip()]
+    uf = KeepMissing(extra_domains=domains, banned_words=["porn", "casino"], soft_banned_words=["free", "cheap", "pills"],
+                     use_integrated_lists=False)
+    uf.tldextractor = TLDExtract(suffix_list_urls=())
+    _run([([_reader(src), uf, _writer(dst)], _files(src), WORKERS)], dst)
+
+
+def decontaminate(src: str, dst: str, assets: dict) -> None:
+    """``NGramsDecontFilter`` (13-grams, white-space words) with its index of the evaluation set's
+    n-grams written as ``NGramsDecontIndexer`` writes it (which needs lighteval to load tasks):
+    datatrove's ``simplify_text`` and hash function over each text's n-grams."""
+    import numpy as np
+    from datatrove.pipeline.decont import NGramsDecontConfig, NGramsDecontFilter
+    from datatrove.utils.hashing import create_hash_func
+    from datatrove.utils.text import ngrams, simplify_text
+
+    cfg, words = NGramsDecontConfig(n_grams=13), WhitespaceWords("en")
+    h = create_hash_func(cfg.hash_config)
+    hashes = set()
+    with open(assets["eval_jsonl"]) as f:
+        for line in f:
+            toks = words.word_tokenize(simplify_text(json.loads(line)["text"], cfg.norm_config))
+            hashes.update(h(" ".join(g)) for g in ngrams(toks, cfg.n_grams))
+    index = os.path.join(dst, "_index")
+    os.makedirs(index, exist_ok=True)
+    np.array(sorted(hashes), dtype=cfg.hash_config.np_descr).tofile(os.path.join(index, "bench.index.hashes"))
+    _run([([_reader(src), NGramsDecontFilter(index_folder=index, config=cfg, language=words), _writer(dst)], _files(src), WORKERS)], dst)
+
+
+STAGES = {f.__name__: f for f in (exact_dedup, fuzzy_dedup, lang_id, doc_quality, filter, tokenization, url_filter, decontaminate)}
 
 if __name__ == "__main__":
     stage, src, dst, assets = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(open(sys.argv[4]).read())

@@ -19,6 +19,8 @@ PARAMS = {
     "lang_id": {"languages": ["en", "ja"], "drop_other": True},
     "tokenization": {"vocab_size": 300},
     "quality_classifier": {"model_path": "set-by-the-ids-fixture"},
+    "url_filter": {"url_column": "source", "banned_words": ["tweets"], "action": "remove"},  # the sample has no url column
+    "decontaminate": {"eval_sets": [f"contract={Path(__file__).parents[1] / 'transforms' / 'contract_eval_set.jsonl'}:text"]},
 }
 
 

