@@ -215,7 +215,10 @@ def cmd_list(argv: list[str]) -> int:
     from rich.table import Table
 
     argparse.ArgumentParser(prog="prepline list", description="List the transforms.").parse_args(argv)
-    table = Table("transform", "what it does", "extra", header_style="bold")
+    table = Table(header_style="bold")
+    table.add_column("transform", no_wrap=True)  # a name is what users copy: never broken over lines
+    table.add_column("what it does")
+    table.add_column("extra", no_wrap=True)
     for n in registry.names():
         cls = registry.get(n)
         table.add_row(n, cls.summary, cls.extra or "")

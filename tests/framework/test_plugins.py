@@ -52,7 +52,7 @@ def prepline(env: dict, *args: str, ok: bool = True, cwd: Path | None = None) ->
 
 
 def test_listed_and_described(plugin_env):
-    out = prepline(plugin_env, "list").stdout
+    out = " ".join(prepline(plugin_env, "list").stdout.replace("│", " ").split())  # the table's text, wrapping undone
     assert "char_count" in out and "doc_id" in out and "(a plug-in)" in out
     helptext = prepline(plugin_env, "run", "char_count", "--help").stdout
     assert "--min-chars" in helptext and "--count-column" in helptext
