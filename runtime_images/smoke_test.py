@@ -27,6 +27,12 @@ PARAMS = {
     "tokenization": {"vocab_size": 300},
 }
 
+#: an evaluation set sharing a sentence with the corpus: decontaminate must flag that document
+CONTAMINATED = 1
+#: documents unlike the corpus: the negative class of the quality classifier the smoke test trains
+SPAM = ["BUY NOW cheap pills click here free free free winner winner", "click here to win a prize now now now limited offer",
+        "cheap loans fast cash no credit check apply today click", "hot singles in your area click now free access today"]
+
 EN = [
     "The river rose overnight and the old bridge was closed to traffic until the engineers could inspect it.",
     "Our team meets every Tuesday to review open issues, plan the next release and share what we learned.",
@@ -68,6 +74,27 @@ def build_corpus(folder: Path) -> int:
     return len(texts)
 
 
+def resources(work: Path) -> dict[str, dict]:
+    """Parameters of the transforms that need files: an evaluation set and a quality classifier
+    trained here with ``prepline quality train``'s function (fastText from the image, no download)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from prepline.quality import train_quality_classifier
+
+    evals = work / "evals.jsonl"
+    evals.write_text(json.dumps({"question": EN[CONTAMINATED], "answer": "yes"}) + "\n", encoding="utf-8")
+    # pairs of sentences (fastText reported NaN on and off on the bare 18; these train 16 of 16 times)
+    good = [a + " " + b for a in EN + FR for b in EN[:3]]
+    spam = [a + " " + b for a in SPAM for b in SPAM * 5]
+    for name, texts in (("good", good), ("spam", spam)):
+        (work / name).mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"contents": texts}), work / name / "part-0.parquet")
+    train_quality_classifier(str(work / "good"), str(work / "spam"), str(work / "quality_model"), {"min_count": 1, "epoch": 5})
+    return {"decontaminate": {"eval_sets": [f"smoke={evals}:question,answer"]},
+            "quality_classifier": {"model_path": str(work / "quality_model")}}
+
+
 def run(work: Path) -> dict[str, dict]:
     from prepline import registry
     from prepline.engine import RunOptions, run_transform
@@ -77,15 +104,16 @@ def run(work: Path) -> dict[str, dict]:
     order = [n for n in order if n in names] + sorted(set(names) - set(order))
     src = work / "input"
     n = build_corpus(src)
+    params = {**PARAMS, **resources(work)}
     results = {}
     for name in order:
         t0 = time.perf_counter()
         out = work / name
-        meta = run_transform(name, PARAMS.get(name, {}), RunOptions(input=str(src), output=str(out), workers=1, progress=False)).metadata
+        meta = run_transform(name, params.get(name, {}), RunOptions(input=str(src), output=str(out), workers=1, progress=False)).metadata
         t = meta["totals"]
         assert meta["status"] == "success", (name, meta.get("failures"))
         assert t["docs_in"] == t["docs_out"] + sum(t["removed"].values()), (name, t)
-        print(f"{name:>14}: {t['docs_in']:>3} in, {t['docs_out']:>3} out, removed {t['removed']} ({time.perf_counter() - t0:.1f}s)",
+        print(f"{name:>18}: {t['docs_in']:>3} in, {t['docs_out']:>3} out, removed {t['removed']} ({time.perf_counter() - t0:.1f}s)",
               flush=True)
         results[name] = meta
         src = out
@@ -115,6 +143,13 @@ def check_models(work: Path, names: list[str]) -> None:
     if "hap" in names:
         scores = _table(work / "hap").column("hap_score").to_pylist()
         assert all(0.0 <= s <= 1.0 for s in scores), scores
+    if "decontaminate" in names:
+        t = _table(work / "decontaminate").to_pydict()
+        caught = [x for x, s in zip(t["contents"], t["decont_set"]) if s]
+        assert caught == [EN[CONTAMINATED]], caught
+    if "quality_classifier" in names:
+        scores = _table(work / "quality_classifier").column("quality_score").to_pylist()
+        assert scores and all(s is not None and 0.0 <= s <= 1.0 for s in scores), scores
     if "tokenization" in names:
         t = _table(work / "tokenization")
         assert min(t.column("num_tokens").to_pylist()) > 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -39,7 +40,11 @@ from prepline.data_access import open_location, scheme_of
 from prepline.errors import ConfigError, InputError, PreplineError
 from prepline.transform import Column
 
+log = logging.getLogger("prepline")
+
 MODEL_FILE = "quality.bin"
+#: fresh processes tried when fastText reports NaN before the error reaches the user
+NAN_ATTEMPTS = 3
 CARD_FILE = "quality_model.json"
 CARD_FORMAT = "prepline.quality_classifier"
 LABEL_PREFIX = "__label__"
@@ -259,21 +264,27 @@ def _fit_in_child(train_file: str, model_file: str, kwargs: dict, lr: float) -> 
     """Train in a fresh interpreter (``python -c``, so that no caller's main module runs again); the
     seconds training took. fastText 0.9.2 trained several times in one process is not reproducible
     (measured with fasttext-numpy2-wheel 0.9.2: the same data, seed and thread=1 gave the same model
-    twice, then "Encountered NaN" on the third call; every fresh process gave the same model), so
-    each training gets a process of its own, as the CLI's would be."""
+    twice, then "Encountered NaN" on the third call), so each training gets a process of its own, as
+    the CLI's would be. Even a fresh process reports NaN now and then on a tiny set (3 of 12 on 18
+    lines), so a NaN is retried in a new process up to NAN_ATTEMPTS times; a diverging lr fails all."""
     import subprocess
     import sys
 
     job = json.dumps({"train_file": train_file, "model_file": model_file, "kwargs": kwargs})
-    proc = subprocess.run([sys.executable, "-c", "from prepline.quality import _fit_main; _fit_main()"], input=job,
-                          capture_output=True, text=True, check=False)
-    try:
-        answer = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
-    except (IndexError, json.JSONDecodeError):
-        answer = None
-    if answer is None:
-        raise InputError(f"fastText training ended its process (exit code {proc.returncode}; {proc.stderr.strip()[-300:] or 'no message'})",
-                         "if it ran out of memory: lower bucket, dim or max_docs_per_class, or give the machine more memory")
+    for attempt in range(1, NAN_ATTEMPTS + 1):
+        proc = subprocess.run([sys.executable, "-c", "from prepline.quality import _fit_main; _fit_main()"], input=job,
+                              capture_output=True, text=True, check=False)
+        try:
+            answer = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+        except (IndexError, json.JSONDecodeError):
+            answer = None
+        if answer is None:
+            raise InputError(f"fastText training ended its process (exit code {proc.returncode}; {proc.stderr.strip()[-300:] or 'no message'})",
+                             "if it ran out of memory: lower bucket, dim or max_docs_per_class, or give the machine more memory")
+        if "NaN" not in answer.get("error", "") or attempt == NAN_ATTEMPTS:
+            break
+        log.warning("fastText reported NaN on attempt %d of %d (on a small training set it does so at random, measured: "
+                    "3 of 12 fresh processes on the same 18 lines); training again", attempt, NAN_ATTEMPTS)
     if "error" in answer:  # fastText's own check: "Encountered NaN." (training diverged)
         raise ConfigError(f"fastText training failed: {answer['error']}",
                           f"lower lr (now {lr}, e.g. --lr {lr / 2:g}), or raise bucket or dim (fewer shared hash rows)")

@@ -17,6 +17,17 @@ def _meta(folder: Path) -> None:
     (folder / "metadata.json").write_text(json.dumps({"status": "success", "totals": totals}))
 
 
+def required_params(folder: str) -> dict[str, dict]:
+    """The parameters transforms cannot run without (filter's criteria, decontaminate's evaluation
+    sets, quality_classifier's model), as a user passes them. The launcher steps only validate them:
+    the (fake) Ray head runs no transform, so the model is named, never loaded."""
+    evals = Path(folder) / "evals.jsonl"
+    evals.parent.mkdir(parents=True, exist_ok=True)
+    evals.write_text(json.dumps({"question": "what is the capital of France?"}) + "\n")
+    return {"filter": {"criteria": ["length(contents) > 0"]}, "decontaminate": {"eval_sets": [f"mmlu={evals}:question"]},
+            "quality_classifier": {"model_path": str(Path(folder) / "quality_model")}}
+
+
 def stage_kuberay(a: dict) -> None:
     """prepare_args (every transform), start_ray_cluster, execute_ray_job, stop_ray_cluster on KubeRay."""
     import kfp.dsl.executor_main  # noqa: F401 - the components' container command
@@ -24,7 +35,7 @@ def stage_kuberay(a: dict) -> None:
     from prepline import registry
     from prepline.components.ray_stage import execute_ray_job, prepare_args, start_ray_cluster, stop_ray_cluster
 
-    need = {"filter": {"criteria": ["length(contents) > 0"]}}  # a transform's required parameters
+    need = required_params(a["work"])
     for t in registry.names():
         prepared = prepare_args.python_func(transform=t, params_json=json.dumps(need.get(t, {})), overrides_json="{}", work_root=a["work"],
                                             run_id="r", stage=t, branch="", input_path="/in", input_stage="", input_from_split=False,

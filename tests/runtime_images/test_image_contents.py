@@ -254,6 +254,7 @@ def test_the_ray_job_entry_runs_in_the_ray_image(tmp_path, corpus):
 # every step of compiled/ and elyra_templates/, generated from the files (tests/runtime_images/generated.py)
 
 from generated import Step, all_steps, elyra_argv, kfp_argv  # noqa: E402
+from steps import required_params  # noqa: E402
 
 ROOT = HERE.parents[1]
 STEPS = all_steps(ROOT)
@@ -322,7 +323,8 @@ def _inputs(step: Step, ctx: dict) -> dict:
         "kfp train_tokenizer": run, "kfp check_documents": run, "kfp run_report": run,
         "kfp fine_tune": {**train, "mode": "cluster", "languages": LANGS, "train_languages": [], "timeout_seconds": 600},
         "prepline.elyra run": {**run, **stage, "input_path": ctx["input"], "s3_credentials": ctx["creds"],
-                               "criteria": json.dumps(["length(contents) > 0"])},
+                               **{k: json.dumps(v) if isinstance(v, list) else v
+                                  for k, v in required_params(w).get(Path(sorted(step.used_in)[0]).stem, {}).items()}},
         "prepline.elyra_pipeline plan": {**run, "spec_json": shipped().to_json(), "input_path": ctx["input"], "s3_credentials": ctx["creds"],
                                          "languages": json.dumps(LANGS)},
         **{f"prepline.elyra_pipeline {s}": {**run, "s3_credentials": ctx["creds"]} for s in ("train_tokenizer", "check_documents", "run_report")},
