@@ -14,7 +14,7 @@ import pytest
 
 from labkit import PRE, ROOT, Lab, _get, local_env, ray_lab, require_lab, run_on_lab, s3_tree
 
-pytestmark = [pytest.mark.lab, pytest.mark.ray, pytest.mark.slow, pytest.mark.faults]
+pytestmark = [pytest.mark.lab, pytest.mark.ray, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
