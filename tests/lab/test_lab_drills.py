@@ -82,6 +82,8 @@ def test_worker_host_killed_mid_exact_dedup(cluster, tmp_path):
         outcome["rerun"] = {"status": rerun["status"], "seconds": round(seconds, 1),
                             "resumed": (rerun["meta"] or {}).get("resume")}
         got = s3_tree(endpoint, "drill")
+    dead = {n["node_ip"] for n in lab.ray_nodes() if n.get("state") == "DEAD"}
+    assert lab.ip("ray-2") in dead, "Ray's records do not show the killed host dead"
     print(f"drill ray worker host killed mid exact_dedup: {json.dumps(outcome)}")
     assert sorted(got) == sorted(want)
     assert got == want, "documents lost or duplicated"
