@@ -89,6 +89,13 @@ def can_make_namespaces() -> str | None:
     return None
 
 
+def http_get(url: str, timeout: float = 30):
+    """GET a lab address from this machine, never through a proxy of the caller's environment."""
+    import urllib.request
+
+    return urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=timeout)
+
+
 def project_env() -> dict[str, str]:
     """The environment every lab process starts from: the project venv and nothing of the caller's
     credentials (a pod gets only what its spec gives it)."""
@@ -385,10 +392,8 @@ class Lab:
 
     def ray_nodes(self) -> list[dict]:
         """The cluster's nodes from the head's own records (the dashboard's state API)."""
-        import urllib.request
-
         url = self.state["ray"]["dashboard"] + "/api/v0/nodes?limit=100"
-        with urllib.request.urlopen(url, timeout=10) as r:
+        with http_get(url, timeout=10) as r:
             data = json.loads(r.read())
         return data["data"]["result"]["result"]
 

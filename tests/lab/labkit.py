@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -19,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from lab import Lab, LabError, can_make_namespaces  # noqa: E402
+from lab import Lab, LabError, can_make_namespaces, http_get  # noqa: E402
 
 
 HOSTS = ["launcher", "ray-0", "ray-1", "ray-2", "s3"]
@@ -60,8 +59,11 @@ def ray_lab(tag: str, d: Path):
 def s3_of(endpoint: str):
     import boto3
 
-    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                        region_name="us-east-1")
+    from botocore.config import Config
+
+    # no proxy of the caller's environment between this machine and the lab's S3 host
+    return boto3.client("s3", endpoint_url=endpoint, config=Config(proxies={}), aws_access_key_id="testing",
+                        aws_secret_access_key="testing", region_name="us-east-1")
 
 
 def rows(files: dict[str, bytes]) -> dict[str, list]:
@@ -104,7 +106,7 @@ def lab_name(tag: str) -> str:
 
 
 def _get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=30) as r:
+    with http_get(url, timeout=30) as r:
         return json.loads(r.read())
 
 
