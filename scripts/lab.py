@@ -1,0 +1,441 @@
+#!/usr/bin/env python3
+"""A lab of real hosts on one machine: network namespaces on a bridge (docs/lab.md).
+
+Each host is a network namespace ``pl-<name>-<host>`` with its own loopback, an address on one bridge
+(RFC 2544 test range 198.18.0.0/15), its own ``/etc/hosts`` (``/etc/netns/<ns>/hosts``, which
+``ip netns exec`` binds over /etc/hosts) and, for every process it runs, a private mount namespace
+in which ``/tmp`` is the host's own scratch directory and ``/dev/shm`` a private tmpfs. A state file
+records every object before it is made, so ``down`` removes everything even after a crash.
+
+CLI:   scripts/lab.py [--name N] [--subnet CIDR] up [--ray] [--s3] | down | status | exec HOST -- CMD...
+Python (importable with scripts/ on sys.path): ``from lab import Lab`` — see /work/notes/lab_api.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import ipaddress
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE_DIR = Path("/run/prepline-lab")
+SCRATCH_ROOT = Path("/tmp")  # under the real /tmp: binding a host's own dir over /tmp hides the rest
+DEFAULT_HOSTS = ("launcher", "ray-0", "ray-1", "ray-2", "s3", "trainer-0", "trainer-1")
+S3_PORT = 9000
+RAY_PORT = 6379
+DASHBOARD_PORT = 8265
+NAME_RE = re.compile(r"^[a-z0-9]{1,8}$")
+HOST_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+
+
+class LabError(RuntimeError):
+    pass
+
+
+def _sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(list(argv), capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise LabError(f"{' '.join(argv)}: {r.stderr.strip() or r.stdout.strip()}")
+    return r
+
+
+def default_subnet(name: str) -> str:
+    """A /24 of 198.18.0.0/15 derived from the lab name (distinct labs rarely collide; pass one to be sure)."""
+    n = int(hashlib.sha256(name.encode()).hexdigest(), 16) % 512
+    return f"198.{18 + n // 256}.{n % 256}.0/24"
+
+
+def can_make_namespaces() -> str | None:
+    """None when this process may make network namespaces; else the reason it may not."""
+    if os.geteuid() != 0:
+        return "not root (the lab makes network namespaces)"
+    if shutil.which("ip") is None or shutil.which("unshare") is None:
+        return "the ip or unshare command is missing"
+    probe = f"pl-probe-{os.getpid()}"
+    r = _sh("ip", "netns", "add", probe, check=False)
+    if r.returncode != 0:
+        return f"cannot make a network namespace: {r.stderr.strip()}"
+    _sh("ip", "netns", "del", probe, check=False)
+    return None
+
+
+def project_env() -> dict[str, str]:
+    """The environment every lab process starts from: the project venv and nothing of the caller's
+    credentials (a pod gets only what its spec gives it)."""
+    venv_bin = ROOT / ".venv" / "bin"
+    env = {
+        "PATH": f"{venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PYTHONUNBUFFERED": "1",
+    }
+    if (ROOT / ".wt").is_dir():  # a worktree: the shared venv's editable install points elsewhere
+        env["PYTHONPATH"] = f"{ROOT / '.wt'}:{ROOT / 'src'}"
+    return env
+
+
+class Lab:
+    """A named lab of hosts. ``Lab(name, subnet)`` loads the state file when one exists."""
+
+    def __init__(self, name: str = "lab", subnet: str | None = None):
+        if not NAME_RE.match(name):
+            raise LabError(f"lab name {name!r}: 1-8 characters a-z0-9 (interface names are at most 15)")
+        self.name = name
+        self.state_path = STATE_DIR / f"{name}.json"
+        self.state: dict = {}
+        if self.state_path.exists():
+            self.state = json.loads(self.state_path.read_text())
+            if subnet and subnet != self.state.get("subnet"):
+                raise LabError(f"lab {name} exists with subnet {self.state.get('subnet')}; run down first")
+        self.subnet = ipaddress.ip_network(subnet or self.state.get("subnet") or default_subnet(name))
+        if not self.subnet.subnet_of(ipaddress.ip_network("198.18.0.0/15")):
+            raise LabError(f"subnet {self.subnet} is not inside the test range 198.18.0.0/15")
+        self.bridge = f"plbr{name}"
+        self.scratch_root = SCRATCH_ROOT / f"pl-lab-{name}"
+
+    # ---- state ---------------------------------------------------------------------------------
+    def _save(self) -> None:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state, indent=1))
+        tmp.replace(self.state_path)
+
+    def _intend(self, kind: str, value) -> None:
+        """Record an object before making it (down removes what may exist)."""
+        lst = self.state.setdefault(kind, [])
+        if value not in lst:
+            lst.append(value)
+            self._save()
+
+    @property
+    def hosts(self) -> list[str]:
+        return list(self.state.get("ips", {}))
+
+    def ns(self, host: str) -> str:
+        return f"pl-{self.name}-{host}"
+
+    def ip(self, host: str) -> str:
+        try:
+            return self.state["ips"][host]
+        except KeyError:
+            raise LabError(f"lab {self.name} has no host {host!r} (hosts: {', '.join(self.hosts)})") from None
+
+    def scratch(self, host: str) -> Path:
+        """The host's private directory as seen from outside the lab (inside the host it is /tmp)."""
+        return self.scratch_root / host
+
+    # ---- up / down -----------------------------------------------------------------------------
+    def up(self, hosts=DEFAULT_HOSTS) -> "Lab":
+        hosts = list(hosts)
+        for h in hosts:
+            if not HOST_RE.match(h):
+                raise LabError(f"host name {h!r}: a-z0-9 and '-'")
+        why = can_make_namespaces()
+        if why:
+            raise LabError(why)
+        t0 = time.time()
+        self.state.setdefault("name", self.name)
+        self.state["subnet"] = str(self.subnet)
+        self.state.setdefault("ips", {})
+        self.state.setdefault("extra_hosts", {})
+        self._save()
+        addrs = list(self.subnet.hosts())
+        gw = str(addrs[0])
+        self._intend("dirs", str(self.scratch_root))
+        self.scratch_root.mkdir(mode=0o755, exist_ok=True)
+        self._intend("links", self.bridge)
+        if _sh("ip", "link", "show", self.bridge, check=False).returncode != 0:
+            _sh("ip", "link", "add", self.bridge, "type", "bridge")
+            _sh("ip", "addr", "add", f"{gw}/{self.subnet.prefixlen}", "dev", self.bridge)
+        _sh("ip", "link", "set", self.bridge, "up")
+        used = set(self.state["ips"].values()) | {gw}
+        for h in hosts:
+            if h in self.state["ips"] and _sh("ip", "netns", "pids", self.ns(h), check=False).returncode == 0:
+                continue
+            ip = self.state["ips"].get(h) or next(str(a) for a in addrs if str(a) not in used)
+            used.add(ip)
+            self.state["ips"][h] = ip
+            idx = sorted(self.state["ips"]).index(h)
+            self._add_host(h, ip, idx)
+        self.write_hosts()
+        self.state["up_seconds"] = round(time.time() - t0, 2)
+        self._save()
+        return self
+
+    def _add_host(self, host: str, ip: str, idx: int) -> None:
+        ns = self.ns(host)
+        n = len(self.state.setdefault("ips", {}))
+        veth = f"pl{self.name}v{list(self.state['ips']).index(host)}"
+        peer = f"pl{self.name}p{list(self.state['ips']).index(host)}"
+        self._intend("netns", ns)
+        self._intend("links", veth)
+        self._intend("dirs", f"/etc/netns/{ns}")
+        self.state.setdefault("veth", {})[host] = veth
+        self._save()
+        Path(f"/etc/netns/{ns}").mkdir(parents=True, exist_ok=True)
+        Path(f"/etc/netns/{ns}/hosts").write_text("")
+        d = self.scratch(host)
+        d.mkdir(mode=0o1777, parents=True, exist_ok=True)
+        os.chmod(d, 0o1777)
+        _sh("ip", "netns", "add", ns)
+        _sh("ip", "link", "del", veth, check=False)
+        _sh("ip", "link", "add", veth, "type", "veth", "peer", "name", peer)
+        _sh("ip", "link", "set", peer, "netns", ns)
+        _sh("ip", "link", "set", veth, "master", self.bridge)
+        _sh("ip", "link", "set", veth, "up")
+        x = ["ip", "netns", "exec", ns]
+        _sh(*x, "ip", "link", "set", "lo", "up")
+        _sh(*x, "ip", "link", "set", peer, "name", "eth0")
+        _sh(*x, "ip", "addr", "add", f"{ip}/{self.subnet.prefixlen}", "dev", "eth0")
+        _sh(*x, "ip", "link", "set", "eth0", "up")
+
+    def write_hosts(self) -> None:
+        """Rewrite every host's /etc/hosts in place (it is bind-mounted: never replace the file)."""
+        lines = ["127.0.0.1 localhost"]
+        for h, ip in self.state.get("ips", {}).items():
+            lines.append(f"{ip} {h}")
+        for alias, h in sorted(self.state.get("extra_hosts", {}).items()):
+            lines.append(f"{self.ip(h)} {alias}")
+        text = "\n".join(lines) + "\n"
+        for h in self.hosts:
+            p = Path(f"/etc/netns/{self.ns(h)}/hosts")
+            if p.parent.is_dir():
+                with open(p, "r+" if p.exists() else "w") as f:
+                    f.seek(0)
+                    f.write(text)
+                    f.truncate()
+
+    def add_alias(self, alias: str, host: str) -> None:
+        """Make ``alias`` (e.g. ``c1-head-svc.team-a.svc.cluster.local``) resolve to ``host`` on every host."""
+        self.ip(host)
+        self.state.setdefault("extra_hosts", {})[alias] = host
+        self._save()
+        self.write_hosts()
+
+    def remove_alias(self, alias: str) -> None:
+        self.state.setdefault("extra_hosts", {}).pop(alias, None)
+        self._save()
+        self.write_hosts()
+
+    def down(self) -> None:
+        """Remove every process, namespace, link, /etc/netns entry and scratch dir the state file
+        records. Idempotent; works after a crash."""
+        for ns in self.state.get("netns", []):
+            self._kill_ns(ns)
+        for ns in self.state.get("netns", []):
+            _sh("ip", "netns", "del", ns, check=False)
+        for link in self.state.get("links", []):
+            if _sh("ip", "link", "show", link, check=False).returncode == 0:
+                _sh("ip", "link", "del", link, check=False)
+        for d in self.state.get("dirs", []):
+            shutil.rmtree(d, ignore_errors=True)
+        self.state_path.unlink(missing_ok=True)
+        self.state = {}
+
+    # ---- processes -----------------------------------------------------------------------------
+    def pids(self, host: str) -> list[int]:
+        return self._ns_pids(self.ns(host))
+
+    @staticmethod
+    def _ns_pids(ns: str) -> list[int]:
+        r = _sh("ip", "netns", "pids", ns, check=False)
+        return [int(p) for p in r.stdout.split()] if r.returncode == 0 else []
+
+    def _kill_ns(self, ns: str, timeout: float = 60) -> None:
+        deadline = time.time() + timeout
+        while True:
+            pids = self._ns_pids(ns)
+            if not pids:
+                return
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if time.time() > deadline:
+                raise LabError(f"processes {pids} in {ns} survive SIGKILL")
+            time.sleep(0.1)
+
+    def argv(self, host: str, argv: list[str]) -> list[str]:
+        """The command line that runs ``argv`` on ``host`` (its netns, a private mount namespace with
+        the host's scratch as /tmp and a private /dev/shm)."""
+        ns = self.ns(host)
+        if ns not in self.state.get("netns", []):
+            raise LabError(f"lab {self.name} has no host {host!r}")
+        setup = (
+            f"mount --bind {self.scratch(host)} /tmp && "
+            "mount -t tmpfs -o size=2g,mode=1777 tmpfs /dev/shm && exec \"$@\""
+        )
+        return ["ip", "netns", "exec", ns, "unshare", "-m", "--propagation", "private",
+                "sh", "-c", setup, "sh", *argv]
+
+    def popen(self, host: str, argv: list[str], env: dict | None = None, cwd: str = "/tmp", **kw) -> subprocess.Popen:
+        """Start ``argv`` on ``host``. The environment is project_env() plus ``env`` — nothing else of
+        the caller's. ``cwd`` is a path inside the host (default its /tmp). Extra keywords go to Popen."""
+        full = project_env()
+        full.update(env or {})
+        inner = ["sh", "-c", 'cd "$0" && exec "$@"', cwd, *argv]
+        return subprocess.Popen(self.argv(host, inner), env=full, **kw)
+
+    def run(self, host: str, argv: list[str], env: dict | None = None, cwd: str = "/tmp", timeout: float = 600,
+            check: bool = False) -> subprocess.CompletedProcess:
+        """Run ``argv`` on ``host`` to completion; returns a CompletedProcess with text stdout/stderr."""
+        p = self.popen(host, argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            raise LabError(f"{argv} on {host}: no end within {timeout}s; stderr: {err[-2000:]}") from None
+        r = subprocess.CompletedProcess(argv, p.returncode, out, err)
+        if check and r.returncode != 0:
+            raise LabError(f"{argv} on {host} exit {r.returncode}: {err[-3000:]}")
+        return r
+
+    def kill_host(self, host: str) -> None:
+        """A host dies: its link goes down and every process in it is SIGKILLed."""
+        self.cut(host)
+        self._kill_ns(self.ns(host))
+
+    def cut(self, host: str) -> None:
+        """Cut ``host`` off the network (its bridge port down); its processes keep running."""
+        _sh("ip", "link", "set", self.state["veth"][host], "down")
+
+    def restore(self, host: str) -> None:
+        _sh("ip", "link", "set", self.state["veth"][host], "up")
+
+    # ---- services ------------------------------------------------------------------------------
+    def wait_port(self, host: str, port: int, timeout: float = 120) -> None:
+        """Poll until ``host``:port accepts a TCP connection (from the root namespace, over the bridge)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                socket.create_connection((self.ip(host), port), timeout=2).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise LabError(f"{host}:{port} did not answer within {timeout}s")
+
+    def start_s3(self, host: str = "s3", port: int = S3_PORT) -> str:
+        """moto's S3 server on ``host``; returns its endpoint ``http://<ip>:<port>``."""
+        log = open(self.scratch(host) / "moto.log", "ab")
+        self.popen(host, ["moto_server", "-H", "0.0.0.0", "-p", str(port)], stdout=log, stderr=log)
+        self.wait_port(host, port)
+        endpoint = f"http://{self.ip(host)}:{port}"
+        self.state["s3_endpoint"] = endpoint
+        self._save()
+        return endpoint
+
+    @staticmethod
+    def s3_env(endpoint: str) -> dict[str, str]:
+        """The env a pod gets for the lab's S3 (moto takes any key)."""
+        return {"PREPLINE_S3_ENDPOINT": endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def start_ray(self, head: str = "ray-0", workers=("ray-1", "ray-2"), num_cpus: int = 1,
+                  object_store_memory: int = 150 * 2**20, env: dict | None = None, timeout: float = 300) -> str:
+        """A real Ray cluster: ``ray start --head`` on ``head``, ``ray start --address`` on each worker
+        host; waits (polling) until every node is alive. Returns the GCS address ``<head ip>:6379``;
+        the dashboard/job API is ``http://<head ip>:8265``."""
+        hip = self.ip(head)
+        common = [f"--num-cpus={num_cpus}", f"--object-store-memory={object_store_memory}", "--disable-usage-stats"]
+        self.run(head, ["ray", "start", "--head", f"--node-ip-address={hip}", f"--port={RAY_PORT}",
+                        "--dashboard-host=0.0.0.0", f"--dashboard-port={DASHBOARD_PORT}", "--include-dashboard=true",
+                        *common], env=env, timeout=timeout, check=True)
+        for w in workers:
+            self.run(w, ["ray", "start", f"--address={hip}:{RAY_PORT}", f"--node-ip-address={self.ip(w)}", *common],
+                     env=env, timeout=timeout, check=True)
+        self.state["ray"] = {"head": head, "workers": list(workers), "address": f"{hip}:{RAY_PORT}",
+                             "dashboard": f"http://{hip}:{DASHBOARD_PORT}"}
+        self._save()
+        self.wait_ray_nodes(1 + len(workers), timeout=timeout)
+        return f"{hip}:{RAY_PORT}"
+
+    def ray_nodes(self) -> list[dict]:
+        """The cluster's nodes from the head's own records (the dashboard's state API)."""
+        import urllib.request
+
+        url = self.state["ray"]["dashboard"] + "/api/v0/nodes?limit=100"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            data = json.loads(r.read())
+        return data["data"]["result"]["result"]
+
+    def wait_ray_nodes(self, n: int, timeout: float = 300) -> list[dict]:
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            try:
+                alive = [x for x in self.ray_nodes() if x.get("state") == "ALIVE"]
+                if len(alive) >= n:
+                    return alive
+                last = f"{len(alive)} alive"
+            except Exception as e:  # dashboard not up yet
+                last = repr(e)
+            time.sleep(1)
+        raise LabError(f"Ray cluster: {n} nodes not alive within {timeout}s ({last})")
+
+    def status(self) -> dict:
+        out = {"name": self.name, "subnet": str(self.subnet), "hosts": {}}
+        for h, ip in self.state.get("ips", {}).items():
+            out["hosts"][h] = {"ip": ip, "ns": self.ns(h), "processes": len(self.pids(h))}
+        for k in ("s3_endpoint", "ray", "up_seconds"):
+            if k in self.state:
+                out[k] = self.state[k]
+        return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="scripts/lab.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--name", default="lab", help="lab name, 1-8 of a-z0-9 (several labs may coexist)")
+    ap.add_argument("--subnet", default=None, help="a /24 inside 198.18.0.0/15 (default: derived from the name)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    u = sub.add_parser("up", help="make the hosts")
+    u.add_argument("--hosts", default=",".join(DEFAULT_HOSTS))
+    u.add_argument("--s3", action="store_true", help="start the S3 server on host s3")
+    u.add_argument("--ray", action="store_true", help="start Ray: head on ray-0, workers on ray-1, ray-2")
+    sub.add_parser("down", help="remove everything the lab made")
+    sub.add_parser("status", help="hosts, addresses, processes, services")
+    e = sub.add_parser("exec", help="run a command on a host: exec HOST -- CMD ...")
+    e.add_argument("host")
+    e.add_argument("command", nargs=argparse.REMAINDER)
+    a = ap.parse_args(argv)
+    try:
+        lab = Lab(a.name, a.subnet)
+        if a.cmd == "up":
+            lab.up(a.hosts.split(","))
+            if a.s3:
+                lab.start_s3()
+            if a.ray:
+                lab.start_ray()
+            print(json.dumps(lab.status(), indent=1))
+        elif a.cmd == "down":
+            lab.down()
+        elif a.cmd == "status":
+            print(json.dumps(lab.status(), indent=1))
+        elif a.cmd == "exec":
+            cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
+            if not cmd:
+                raise LabError("exec needs a command: exec HOST -- CMD ...")
+            p = lab.popen(a.host, cmd, env={k: v for k, v in os.environ.items() if k.startswith(("AWS_", "PREPLINE_"))})
+            return p.wait()
+    except LabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        print("fix: run as root on Linux; `scripts/lab.py --name NAME down` clears a half-made lab", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
