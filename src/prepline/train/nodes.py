@@ -62,6 +62,20 @@ def local_spawn(bin_dir: str | None = None, master_port: int | None = None) -> S
     return spawn
 
 
+def host_spawn(popen: Callable[..., subprocess.Popen], placement: dict[str, str]) -> Spawn:
+    """Every node on a host of its own: ``placement`` maps a pod to a host, ``popen(host, argv, env=, stdout=,
+    stderr=)`` starts a process there (the lab's ``Lab.popen``). As the kubelet does for a pod, the node runs
+    in a UTS namespace whose hostname is the pod's name (the lab's /etc/hosts maps it to the host's address,
+    which is what gloo binds to); its env is exactly the pod's (``base_env={}`` in :func:`run_nodes`)."""
+
+    def spawn(node: NodeProcess, argv: list, env: dict, log: Path) -> subprocess.Popen:
+        wrapped = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', node.pod, *argv]
+        with open(log, "ab") as fh:
+            return popen(placement[node.pod], wrapped, env=env, stdout=fh, stderr=subprocess.STDOUT)
+
+    return spawn
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -157,4 +171,4 @@ def run_nodes(nodes: list[NodeProcess], spawn: Spawn, log_dir: str | Path, *, ba
     return result
 
 
-__all__ = ["JobResult", "local_spawn", "run_nodes"]
+__all__ = ["JobResult", "descendants", "host_spawn", "kill_tree", "local_spawn", "run_nodes"]
