@@ -6,6 +6,7 @@ mid-training fails the job with a reason, and the rerun resumes from the last ch
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from pathlib import Path
@@ -54,7 +55,8 @@ def trainer_lab(monkeypatch):
 def test_two_trainer_hosts_train_data_parallel_and_a_killed_host_resumes_from_s3(trainer_lab, tmp_path):
     import trainjob_drill as d
 
-    from prepline.data_access import s3_client
+    from prepline.data_access import open_location, s3_client
+    from prepline.train.checkpoints import list_checkpoints
     from prepline.train.nodes import host_spawn, local_spawn
     from prepline.train.realise import realise_trainjob
 
@@ -95,19 +97,46 @@ def test_two_trainer_hosts_train_data_parallel_and_a_killed_host_resumes_from_s3
     print("loss curves (step: 1 node, 2 hosts):", [(i + 1, a, b) for i, (a, b) in enumerate(zip(d.losses(one), d.losses(two)))
                                                    if (i + 1) % 20 == 0 or i == 0])
 
-    # the drill: trainer-1 dies (link down, every process killed) after the step-40 checkpoint
+    # the drill, through the fine-tune step's own client (run_trainjob) against the Kubernetes API stand-in
+    # (tests/train/fake_k8s.py, mode 'nodes': it realises the TrainJob on the trainer hosts): trainer-1 dies
+    # (link down, every process killed) once the step-40 checkpoint is on S3
+    import threading
+    import time
+
+    from fake_k8s import FakeK8s
+
+    from prepline.train.trainjob import TrainJobFailed, TrainJobOptions, run_trainjob, trainjob_name
+
     cut = "s3://lab/ft-cut"
-    jobc = d.body(tokens, cut, 2, "drill")
-    res, last = d.drill(tokens, cut, on_hosts(jobc), tmp_path / "logs-cut", secrets,
-                        lambda procs: lab.kill_host("trainer-1"), timeout=900, base_env={})
-    assert res.condition == "Failed" and res.reason == "NodeFailed", res
-    assert "node-0-1 was killed by signal 9" in res.message, res
-    assert d.summary_or_none(cut) is None and 40 <= last < d.PARAMS["steps"]
-    assert not lab.pids("trainer-0")  # the surviving node was stopped, not left waiting in a collective
-    lab.restore("trainer-1")  # the host comes back (a rescheduled pod)
-    again = d.run(jobc, on_hosts(jobc), tmp_path / "logs-again", secrets, base_env={}, timeout=900)
-    assert again.condition == "Complete", (again, [Path(p).read_text()[-3000:] for p in again.logs.values()])
-    s = d.summary(cut)
+    name = trainjob_name("drill")
+    killed_at: list[float] = []
+    with FakeK8s(mode="nodes") as k:
+        k.spawn_for, k.node_base_env, k.log_dir = on_hosts, {}, tmp_path / "k8s-nodes"
+        k.secrets[("team-a", d.SECRET)] = secrets[d.SECRET]
+        opts = TrainJobOptions(namespace="team-a", num_nodes=2, s3_secret=d.SECRET, env={"OMP_NUM_THREADS": "1"},
+                               kubeconfig=k.kubeconfig(tmp_path), poll_seconds=0.2)
+
+        def killer() -> None:
+            d.wait_for_checkpoint(cut, 40, {}, timeout=600)
+            lab.kill_host("trainer-1")
+            killed_at.append(time.monotonic())
+
+        t = threading.Thread(target=killer, daemon=True)
+        t.start()
+        with pytest.raises(TrainJobFailed) as e:
+            run_trainjob([tokens], cut, d.PARAMS, opts, name, timeout=900, out=io.StringIO())
+        failed_after = time.monotonic() - killed_at[0]
+        t.join(10)
+        assert e.value.reason == "FailedJobs" and f"first failed job: {name}-node-0" in e.value.message, e.value.message
+        assert f"{name}-node-0-1 was killed by signal 9" in e.value.message
+        assert not lab.pids("trainer-0") and not lab.pids("trainer-1")  # the survivor was stopped, not left in a collective
+        assert k.trainjob_names("team-a") == [] and k.deleted == [name]
+        last = list_checkpoints(open_location(cut))[-1]
+        assert d.summary_or_none(cut) is None and 40 <= last < d.PARAMS["steps"]
+        lab.restore("trainer-1")  # the host is back (the pod rescheduled)
+        log = io.StringIO()
+        s = run_trainjob([tokens], cut, d.PARAMS, opts, name, timeout=900, out=log)
+    assert f"resuming from the checkpoint at step {last}" in log.getvalue()
     assert s["resumed_from"] == last and [r["steps"] for r in s["ranks"]] == [d.PARAMS["steps"] - last] * 2
     assert d.losses(cut) == d.losses(two)  # the resumed curve is the uninterrupted 2-host run's
-    print(f"drill: {res.message} after {res.seconds:.1f} s (kill -> failed: see the log); resumed from step {last}")
+    print(f"drill: {e.value.message}; TrainJobFailed {failed_after:.1f} s after the kill; resumed from step {last}")
