@@ -40,7 +40,7 @@ def _lab_or_skip():
 def trainer_lab(monkeypatch):
     lab = _lab_or_skip()
     pytest.importorskip("torch")
-    the_lab = lab.Lab(name=f"t{os.getpid() % 10000}", subnet=f"198.18.{200 + os.getpid() % 50}.0/24")
+    the_lab = lab.Lab(name=f"tj{os.getpid() % 100000}")  # the subnet derives from the name
     try:
         the_lab.up(HOSTS)
         endpoint = the_lab.start_s3("s3")
