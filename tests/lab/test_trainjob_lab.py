@@ -86,7 +86,7 @@ def test_two_trainer_hosts_train_data_parallel_and_a_killed_host_resumes_from_s3
     assert s2["world_size"] == 2
     assert [(r["rank"], r["node_rank"], r["host"], r["steps"]) for r in s2["ranks"]] == [
         (i, i, f"{job2['metadata']['name']}-node-0-{i}", d.PARAMS["steps"]) for i in (0, 1)]
-    assert s2["initial_loss"] == s1["initial_loss"]
+    assert s2["initial_loss"] == pytest.approx(s1["initial_loss"], abs=1e-4)
     assert s2["final_loss"] <= 0.85 * s2["initial_loss"]
     assert abs(s2["final_loss"] - s1["final_loss"]) <= 0.05 * s1["final_loss"], (s1["final_loss"], s2["final_loss"])
     # the master address went through the lab's /etc/hosts to trainer-0 (gloo's peers: the hosts' addresses)
@@ -99,7 +99,7 @@ def test_two_trainer_hosts_train_data_parallel_and_a_killed_host_resumes_from_s3
 
     # the drill, through the fine-tune step's own client (run_trainjob) against the Kubernetes API stand-in
     # (tests/train/fake_k8s.py, mode 'nodes': it realises the TrainJob on the trainer hosts): trainer-1 dies
-    # (link down, every process killed) once the step-40 checkpoint is on S3
+    # (link down, every process killed) once the step-20 checkpoint is on S3
     import threading
     import time
 
@@ -117,7 +117,7 @@ def test_two_trainer_hosts_train_data_parallel_and_a_killed_host_resumes_from_s3
                                kubeconfig=k.kubeconfig(tmp_path), poll_seconds=0.2)
 
         def killer() -> None:
-            d.wait_for_checkpoint(cut, 40, {}, timeout=600)
+            d.wait_for_checkpoint(cut, 20, {}, timeout=600)
             lab.kill_host("trainer-1")
             killed_at.append(time.monotonic())
 
@@ -132,7 +132,7 @@ def test_two_trainer_hosts_train_data_parallel_and_a_killed_host_resumes_from_s3
         assert not lab.pids("trainer-0") and not lab.pids("trainer-1")  # the survivor was stopped, not left in a collective
         assert k.trainjob_names("team-a") == [] and k.deleted == [name]
         last = list_checkpoints(open_location(cut))[-1]
-        assert d.summary_or_none(cut) is None and 40 <= last < d.PARAMS["steps"]
+        assert d.summary_or_none(cut) is None and 20 <= last < d.PARAMS["steps"]
         lab.restore("trainer-1")  # the host is back (the pod rescheduled)
         log = io.StringIO()
         s = run_trainjob([tokens], cut, d.PARAMS, opts, name, timeout=900, out=log)

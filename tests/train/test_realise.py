@@ -4,6 +4,7 @@ runtime (kubeflow/trainer v2.3.0, torch.go / builder.go) would start, one per no
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 
@@ -99,3 +100,34 @@ def test_secret_references_resolve_in_the_jobs_namespace_only():
     strict = [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "s", "key": "X"}}}]
     with pytest.raises(ConfigError, match="CreateContainerConfigError"):
         resolve_env(strict, {})
+
+
+# -- run_nodes: the JobSet's semantics on real processes ---------------------------------------
+def _nodes(argvs: list[list[str]]):
+    from prepline.train.realise import NodeProcess
+
+    return [NodeProcess(i, f"j-node-0-{i}", f"j-node-0-{i}.j", "img", argv) for i, argv in enumerate(argvs)]
+
+
+def test_the_first_failed_node_fails_the_job_and_stops_the_others(tmp_path):
+    from prepline.train.nodes import run_nodes, local_spawn
+
+    # node 1 starts a child in a session of its own (as torchrun starts its workers): it must go too
+    marker = tmp_path / "child.pid"
+    waits = ["sh", "-c", f"setsid sleep 300 & echo $! > {marker}; wait"]
+    res = run_nodes(_nodes([waits, ["sh", "-c", f"while [ ! -s {marker} ]; do sleep 0.1; done; exit 3"]]), local_spawn(),
+                    tmp_path / "logs", timeout=120, poll=0.1)
+    assert res.condition == "Failed" and res.reason == "NodeFailed" and "j-node-0-1 exited with code 3" in res.message, res
+    assert res.exit_codes["j-node-0-0"] == -9
+    child = int(marker.read_text())
+    assert not os.path.exists(f"/proc/{child}") or open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_a_job_past_its_deadline_is_stopped(tmp_path):
+    from prepline.train.nodes import run_nodes, local_spawn
+
+    res = run_nodes(_nodes([["sleep", "300"], ["sleep", "300"]]), local_spawn(), tmp_path / "logs", timeout=1, poll=0.1)
+    assert res.condition == "Failed" and res.reason == "DeadlineExceeded" and set(res.exit_codes.values()) == {-9}
+    ok = run_nodes(_nodes([["true"], ["sh", "-c", 'test "$PET_NODE_RANK" = "" && test "$HOSTNAME" = j-node-0-1']]), local_spawn(),
+                   tmp_path / "logs2", timeout=60, poll=0.1)
+    assert ok.condition == "Complete", ok

@@ -34,13 +34,13 @@ def test_two_local_nodes_train_data_parallel_and_resume_after_a_node_is_killed(s
     s1, s2 = d.summary(one), d.summary(two)
     assert s2["world_size"] == 2 and [(r["rank"], r["node_rank"], r["steps"]) for r in s2["ranks"]] == [(0, 0, 200), (1, 1, 200)]
     assert {r["host"] for r in s2["ranks"]} == set(r2.exit_codes)  # each rank in its own node (HOSTNAME = pod name)
-    assert s2["initial_loss"] == s1["initial_loss"]  # the same global batch, the same initial weights
+    assert s2["initial_loss"] == pytest.approx(s1["initial_loss"], abs=1e-4)  # the same global batch, the same initial weights
     assert s2["final_loss"] <= 0.85 * s2["initial_loss"] and s1["final_loss"] <= 0.85 * s1["initial_loss"]
     assert abs(s2["final_loss"] - s1["final_loss"]) <= 0.05 * s1["final_loss"], (s1["final_loss"], s2["final_loss"])
     print(f"\n1 node: loss {s1['initial_loss']:.4f} -> {s1['final_loss']:.4f} in {r1.seconds:.1f} s; "
           f"2 nodes: {s2['initial_loss']:.4f} -> {s2['final_loss']:.4f} in {r2.seconds:.1f} s")
 
-    # the drill: node 1 (its torchrun and its worker) killed once the step-40 checkpoint is on S3
+    # the drill: node 1 (its torchrun and its worker) killed once the step-20 checkpoint is on S3
     cut = f"s3://{s3_bucket}/ft-cut"
 
     killed: list[int] = []
@@ -53,7 +53,7 @@ def test_two_local_nodes_train_data_parallel_and_resume_after_a_node_is_killed(s
     res, last = d.drill(tokens, cut, local_spawn(), tmp_path / "logs-cut", secrets, kill, timeout=600)
     assert res.condition == "Failed" and res.reason == "NodeFailed", res
     assert "node-0-1 was killed by signal 9" in res.message and res.exit_codes[sorted(res.exit_codes)[0]] != 0
-    assert len(killed) >= 2 and 40 <= last < 200
+    assert len(killed) >= 2 and 20 <= last < 200
     assert d.summary_or_none(cut) is None  # killed mid-training: no metrics.json
     assert not [p for p in killed if _alive(p)]
     again = d.run(d.body(tokens, cut, 2, "drill"), local_spawn(), tmp_path / "logs-again", secrets, timeout=600)

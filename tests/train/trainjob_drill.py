@@ -66,8 +66,8 @@ def wait_for_checkpoint(output: str, step: int, procs: dict, timeout: float = 30
 
 
 def drill(tokens: str, output: str, spawn, logs: Path, secrets: dict, kill: Callable[[dict], None],
-          kill_after_step: int = 40, timeout: float = 600, **kw) -> tuple[JobResult, int]:
-    """Run 2 nodes, kill trainer node 1 (``kill(procs)``) once a checkpoint at ``kill_after_step`` is on S3;
+          kill_after_step: int = 20, timeout: float = 600, **kw) -> tuple[JobResult, int]:
+    """Run 2 nodes, kill trainer node 1 (``kill(procs)``) once a checkpoint at ``kill_after_step`` (or later) is on S3;
     return (the job's result, the last checkpoint's step on S3 after it)."""
     def on_start(procs: dict) -> None:
         wait_for_checkpoint(output, kill_after_step, procs)
