@@ -55,6 +55,26 @@ def default_subnet(name: str) -> str:
     return f"198.{18 + n // 256}.{n % 256}.0/24"
 
 
+def free_subnet(name: str) -> str:
+    """default_subnet(name), or the next /24 of the test range that no route of this machine uses
+    (so that labs made at once by different processes do not overlap)."""
+    r = _sh("ip", "-4", "route", "show", check=False)
+    used = set()
+    for line in r.stdout.splitlines():
+        try:
+            used.add(ipaddress.ip_network(line.split()[0], strict=False))
+        except ValueError:
+            continue
+    first = ipaddress.ip_network(default_subnet(name))
+    base = int(ipaddress.ip_address("198.18.0.0"))
+    start = (int(first.network_address) - base) // 256
+    for k in range(512):
+        net = ipaddress.ip_network(f"{ipaddress.ip_address(base + ((start + k) % 512) * 256)}/24")
+        if not any(net.overlaps(u) for u in used):
+            return str(net)
+    raise LabError("no free /24 left in 198.18.0.0/15")
+
+
 def can_make_namespaces() -> str | None:
     """None when this process may make network namespaces; else the reason it may not."""
     if os.geteuid() != 0:
@@ -99,7 +119,7 @@ class Lab:
             self.state = json.loads(self.state_path.read_text())
             if subnet and subnet != self.state.get("subnet"):
                 raise LabError(f"lab {name} exists with subnet {self.state.get('subnet')}; run down first")
-        self.subnet = ipaddress.ip_network(subnet or self.state.get("subnet") or default_subnet(name))
+        self.subnet = ipaddress.ip_network(subnet or self.state.get("subnet") or free_subnet(name))
         if not self.subnet.subnet_of(ipaddress.ip_network("198.18.0.0/15")):
             raise LabError(f"subnet {self.subnet} is not inside the test range 198.18.0.0/15")
         self.bridge = f"plbr{name}"

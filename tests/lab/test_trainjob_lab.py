@@ -7,44 +7,31 @@ mid-training fails the job with a reason, and the rerun resumes from the last ch
 from __future__ import annotations
 
 import io
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests" / "lab"))
 sys.path.insert(0, str(ROOT / "tests" / "train"))
+
+from labkit import Lab, lab_name, require_lab  # noqa: E402
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 HOSTS = ["s3", "trainer-0", "trainer-1"]
 
 
-def _lab_or_skip():
-    """The lab module when namespaces can be made; else a skip (a failure with PREPLINE_LAB=required)."""
-    try:
-        import lab
-    except ImportError as e:  # pragma: no cover - scripts/lab.py is in the repo
-        pytest.fail(f"scripts/lab.py does not import: {e}")
-    why = lab.can_make_namespaces()
-    if why:
-        if os.environ.get("PREPLINE_LAB") == "required":
-            pytest.fail(f"PREPLINE_LAB=required but the lab cannot run: {why}")
-        pytest.skip(f"the lab cannot run here: {why}")
-    return lab
-
-
 @pytest.fixture
 def trainer_lab(monkeypatch):
-    lab = _lab_or_skip()
+    require_lab()
     pytest.importorskip("torch")
-    the_lab = lab.Lab(name=f"tj{os.getpid() % 100000}")  # the subnet derives from the name
+    the_lab = Lab(name=lab_name("trainjob"))
     try:
         the_lab.up(HOSTS)
         endpoint = the_lab.start_s3("s3")
-        for k, v in lab.Lab.s3_env(endpoint).items():  # this process (the tokenizer, the S3 poller) uses the lab's S3
+        for k, v in Lab.s3_env(endpoint).items():  # this process (the tokenizer, the S3 poller) uses the lab's S3
             monkeypatch.setenv(k, v)
         yield the_lab, endpoint
     finally:
