@@ -311,8 +311,9 @@ def _ranks(run: _Run, progress: Progress, resumed_from: int) -> list[dict]:
 
     import torch
 
-    mine = {"rank": run.rank, "node_rank": int(os.environ.get("GROUP_RANK", "0")), "host": os.environ.get("HOSTNAME") or socket.gethostname(),
-            "steps": progress.step - resumed_from, "batch_per_step": run.cfg.batch_size // run.world}
+    mine = {"rank": run.rank, "node_rank": int(os.environ.get("GROUP_RANK", "0")),
+            "host": os.environ.get("HOSTNAME") or socket.gethostname(), "steps": progress.step - resumed_from,
+            "batch_per_step": run.cfg.batch_size // run.world}
     gathered: list = [None] * run.world
     torch.distributed.all_gather_object(gathered, mine)
     return gathered
