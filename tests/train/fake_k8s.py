@@ -30,6 +30,16 @@ How a TrainJob runs (``FakeK8s.mode``):
   from ``fake.secrets``; a missing optional key is left out). Its output is the pod log; exit 0 ->
   ``Complete``, else ``Failed``.
 
+* ``"nodes"``: the TrainJob is realised as Trainer's torch runtime would
+  (:func:`prepline.train.realise.realise_trainjob`): one process per node, each with its PET_* env,
+  started by ``fake.spawn_for(trainjob) -> spawn`` (on this machine, or on the lab's trainer hosts) and
+  run by :func:`prepline.train.nodes.run_nodes`. Node 0's output is the pod log. All nodes exit 0 ->
+  ``Complete``; the first node that fails -> ``Failed`` with JobSet's reason ``FailedJobs`` and message
+  ``jobset failed due to one or more job failures, first failed job: <trainjob>-node-0`` (jobset
+  ``pkg/controllers/jobset_controller.go``; Trainer copies the JobSet's Failed condition to the
+  TrainJob: kubeflow/trainer v2.3.0 ``pkg/runtime/framework/plugins/jobset/jobset.go``), followed by
+  what happened to the node.
+
 ``spec.activeDeadlineSeconds`` is enforced on the wall clock from creation: the process is killed
 and the job becomes ``Failed`` with reason ``DeadlineExceeded``. A DELETE removes the job and its
 pods at once and kills its process. Every request is recorded in ``.requests``; ``.deleted``
@@ -241,6 +251,7 @@ class _Job:
     pods: list = field(default_factory=list)  # pod dicts
     log: str = ""
     proc: subprocess.Popen | None = None
+    procs: dict = field(default_factory=dict)  # mode 'nodes': pod -> process
     result: str | None = None  # Complete | Failed
     reason: str = ""
     message: str = ""
@@ -263,6 +274,10 @@ class FakeK8s:
         self.deleted: list[str] = []
         self.created: list[dict] = []
         self.processes: list[subprocess.Popen] = []  # every trainer process started (mode 'run')
+        self.spawn_for = None  # mode 'nodes': trainjob dict -> prepline.train.nodes spawn function
+        self.node_base_env: dict | None = {}  # mode 'nodes': what a node's env starts from (None: this process's)
+        self.log_dir: Path | None = None  # mode 'nodes': where the node logs go
+        self.results: dict = {}  # mode 'nodes': trainjob name -> prepline.train.nodes.JobResult
         self._lock = threading.RLock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -368,7 +383,58 @@ class FakeK8s:
                 env[e["name"]] = secret[ref["key"]]
         return env
 
+    def _start_nodes(self, job: _Job) -> None:
+        import tempfile
+
+        from prepline.train.nodes import run_nodes
+        from prepline.train.realise import realise_trainjob
+
+        env = self._env(job)
+        if isinstance(env, str):
+            self._finish(job, "Failed", "FailedJobs", env)
+            return
+        name = job.obj["metadata"]["name"]
+        rt = self.cluster_runtimes.get(job.obj["spec"]["runtimeRef"]["name"])
+        nodes = realise_trainjob(job.obj, rt)
+        spawn = self.spawn_for(job.obj)
+        log_dir = Path(self.log_dir or tempfile.mkdtemp(prefix="fake-k8s-nodes-")) / name
+        self._set_phase(job, "Running")
+
+        def started(procs: dict) -> None:
+            job.procs = procs
+            self.processes.extend(procs.values())
+
+        def run() -> None:
+            stop = threading.Event()
+
+            def tail() -> None:  # node 0's log is the pod log
+                path = log_dir / f"{nodes[0].pod}.log"
+                while True:
+                    ended = stop.wait(0.3)
+                    if path.exists():
+                        text = path.read_text(errors="replace")
+                        with job.lock:
+                            job.log = text
+                    if ended:
+                        return
+
+            threading.Thread(target=tail, daemon=True).start()
+            res = run_nodes(nodes, spawn, log_dir, base_env=self.node_base_env, extra_env=env, timeout=86400, on_start=started)
+            stop.set()
+            time.sleep(0.4)
+            self.results[name] = res
+            with self._lock:
+                if res.condition == "Complete":
+                    self._finish(job, "Complete", "JobSetCompleted", "jobset completed successfully")
+                else:
+                    self._finish(job, "Failed", "FailedJobs", "jobset failed due to one or more job failures, first failed job: "
+                                 f"{name}-node-0 ({res.message})")
+
+        threading.Thread(target=run, daemon=True).start()
+
     def _start(self, job: _Job) -> None:
+        if self.mode == "nodes":
+            return self._start_nodes(job)
         t = job.obj["spec"].get("trainer", {})
         cmd = list(t.get("command") or []) + list(t.get("args") or [])
         if cmd and cmd[0] == "python":
@@ -398,6 +464,12 @@ class FakeK8s:
         threading.Thread(target=pump, daemon=True).start()
 
     def _kill(self, job: _Job) -> None:
+        if job.procs:
+            from prepline.train.nodes import kill_tree
+
+            for p in job.procs.values():
+                if p.poll() is None:
+                    kill_tree(p.pid)
         if job.proc is not None and job.proc.poll() is None:
             try:
                 os.killpg(job.proc.pid, signal.SIGKILL)
@@ -534,7 +606,7 @@ class FakeK8s:
                     job.pods = [fake._pod(job, i) for i in range(nodes)]
                     fake.jobs[(ns, jname)] = job
                     fake.created.append(copy.deepcopy(obj))
-                    if fake.mode == "run":
+                    if fake.mode in ("run", "nodes"):
                         fake._start(job)
                     return self._send(201, obj)
                 if method == "GET" and name is None:

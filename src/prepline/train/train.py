@@ -289,6 +289,7 @@ def _summary(run: _Run, lm: LoadedModel, progress: Progress, resumed_from: int, 
         "seq_len": run.seq_len,
         "batch_size": cfg.batch_size,
         "world_size": run.world,
+        **({"ranks": _ranks(run, progress, resumed_from)} if run.distributed else {}),
         "sequences_available": data.num_windows,
         "epochs": round(cfg.steps * cfg.batch_size / data.num_windows, 4),
         "parameters": sum(p.numel() for p in lm.model.parameters()),
@@ -301,6 +302,21 @@ def _summary(run: _Run, lm: LoadedModel, progress: Progress, resumed_from: int, 
         "vocab_size": lm.vocab_size,
         "config": cfg.to_dict(),
     }
+
+
+def _ranks(run: _Run, progress: Progress, resumed_from: int) -> list[dict]:
+    """Every rank's own account (a collective: all ranks call it): its node (torchrun's GROUP_RANK), host and
+    the steps it took part in, so the summary shows that each rank trained."""
+    import socket
+
+    import torch
+
+    mine = {"rank": run.rank, "node_rank": int(os.environ.get("GROUP_RANK", "0")),
+            "host": os.environ.get("HOSTNAME") or socket.gethostname(), "steps": progress.step - resumed_from,
+            "batch_per_step": run.cfg.batch_size // run.world}
+    gathered: list = [None] * run.world
+    torch.distributed.all_gather_object(gathered, mine)
+    return gathered
 
 
 def _write_result(run: _Run, lm: LoadedModel, summary: dict) -> None:
