@@ -168,3 +168,20 @@ def test_every_write_of_a_run_carries_the_fence(tmp_path):
 
     ctx = PhaseContext(WorkerSpec("doc_id", {}, str(src), str(out), "final", {}, f))
     assert ctx.output.fence == f and ctx.work.fence == f
+
+
+def test_the_fence_client_follows_the_s3_environment(monkeypatch):
+    """CI found a fence check answered 404 for a lease that existed: one process (a test session, a
+    Python-API program) ran stages against two S3 endpoints, and the fence client cached for the
+    process still asked the first. It is now one client per S3 environment."""
+    from prepline.runtime import lock
+
+    monkeypatch.setenv("PREPLINE_S3_ENDPOINT", "http://127.0.0.1:1")
+    first = lock._fence_client()
+    assert first.meta.endpoint_url == "http://127.0.0.1:1" and lock._fence_client() is first
+    monkeypatch.setenv("PREPLINE_S3_ENDPOINT", "http://127.0.0.1:2")
+    second = lock._fence_client()
+    assert second.meta.endpoint_url == "http://127.0.0.1:2" and second is not first
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "someone-else")  # other credentials: another client
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "their-secret")
+    assert lock._fence_client() is not second

@@ -108,17 +108,23 @@ class Fence:
         return info.get("owner") if isinstance(info, dict) else ""
 
 
-_client: Any = None
+_clients: dict[tuple, Any] = {}
 
 
 def _fence_client() -> Any:
-    """One S3 client per process for fence checks (the environment's endpoint, timeouts, retries)."""
-    global _client
-    if _client is None:
-        from prepline.objstore import s3_client
+    """One S3 client per process and S3 environment for fence checks (its endpoint, credentials,
+    timeouts, retries). Keyed by that environment, not cached once: a process that runs stages
+    against two endpoints (the Python API, a test session) must not ask an old endpoint, which
+    answers a plain 404 for a lease that exists, or whatever now listens on its port."""
+    from prepline.objstore import S3Settings, s3_client
 
-        _client = s3_client()
-    return _client
+    env = os.environ
+    key = (S3Settings.from_env(), *(env.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                                         "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_REGION", "AWS_REGION")))
+    client = _clients.get(key)
+    if client is None:
+        client = _clients[key] = s3_client()
+    return client
 
 
 class OutputLock:

@@ -105,17 +105,34 @@ def kill_tree(pid: int) -> None:
     """SIGKILL ``pid`` and every process below it, as the end of a pod's container does. Not its process
     group alone: torchrun starts each worker in a session of its own (torch ``SubprocessHandler``,
     ``start_new_session=True``), so a worker would outlive its killed agent and go on training."""
+    killed: set[int] = set()
     for _ in range(5):  # again, for a child started while the tree was read
         procs = [pid, *descendants(pid)]
         alive = False
         for p in procs:
             try:
                 os.kill(p, signal.SIGKILL)
+                killed.add(p)
                 alive = alive or p != pid
             except (ProcessLookupError, PermissionError):
                 pass
         if not alive:
-            return
+            break
+    # a SIGKILLed process still runs until the kernel schedules its exit (seconds on a loaded host):
+    # return only once every one of them is gone or a zombie, as a pod's end is seen only then
+    deadline = time.monotonic() + 30
+    while killed and time.monotonic() < deadline:
+        killed = {p for p in killed if _running(p)}
+        if killed:
+            time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def _kill(proc: subprocess.Popen) -> None:
