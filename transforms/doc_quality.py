@@ -90,8 +90,24 @@ MAX_DUP_LINE_CHARS = 0.2
 TOP_NGRAMS = (2, 3, 4)  # word n-grams
 TOP_NGRAM_CHARS = (4, 6, 8)  # character n-grams of the character rules, in the same columns
 MAX_TOP_NGRAM = (0.20, 0.18, 0.16)
+MAX_DUP_PARAS = 0.3
+MAX_DUP_PARA_CHARS = 0.2
+DUP_NGRAMS = (5, 6, 7, 8, 9, 10)  # word n-grams; ja/zh: character 2n-grams
+MAX_DUP_NGRAM = (0.15, 0.14, 0.13, 0.12, 0.11, 0.10)
+PARAGRAPH_SEP_RE = r"\n[ \t\r\f\v]*\n\s*"  # a blank line (white space only) between paragraphs
 MIN_HIRAGANA = 0.1  # ja only
 MAX_SENTENCE_CHARS = 200.0  # ja/zh: mean characters per sentence
+
+# FineWeb (Penedo et al. 2024, as datatrove's FineWebQualityFilter)
+FW_LINE_PUNCT_MIN = 0.12
+FW_SHORT_LINE_CHARS = 30
+FW_SHORT_LINE_MAX = 0.67
+FW_DUP_CHAR_MAX = 0.01
+FW_NEWLINE_WORD_MAX = 0.3
+# Lines ending with a sentence terminal (Unicode Sentence_Terminal marks of the common scripts).
+TERMINAL_CHARS = ".!?‼‽⁇⁈⁉。！？．｡։؟؞۔।॥።፧፨။၊។៕᠃᠉﹒﹖﹗܀܁܂߹"
+FW_LINE_END_RE = "[" + TERMINAL_CHARS.replace("?", "\\?").replace(".", "\\.").replace("!", "\\!") + "]$"
+FW_REASONS = ("line_punct", "short_lines", "dup_line_chars", "newline_ratio")
 
 CHUNK_BYTES = 8 << 20  # text per chunk: bounds the flattened token arrays (~250 MB peak)
 CHUNK_ROWS = 65536
@@ -100,7 +116,8 @@ CHUNK_ROWS = 65536
 REASONS = (
     "too_short", "too_long", "mean_word_length", "symbol_ratio", "bullet_lines", "ellipsis_lines",
     "alpha_ratio", "stop_words", "dup_lines", "dup_line_chars", "top_2gram", "top_3gram", "top_4gram",
-    "hiragana_ratio", "sentence_length",
+    "hiragana_ratio", "sentence_length", "dup_paras", "dup_para_chars",
+    *(f"dup_{k}gram" for k in DUP_NGRAMS),
 )
 
 MEASURES: list[tuple[str, str, str]] = [
@@ -118,11 +135,20 @@ MEASURES: list[tuple[str, str, str]] = [
     ("top_2gram_frac", "float64", "characters in the most frequent word 2-gram's occurrences / chars (ja/zh: character 4-gram); 0 if none repeats"),
     ("top_3gram_frac", "float64", "same for word 3-grams (ja/zh: character 6-grams)"),
     ("top_4gram_frac", "float64", "same for word 4-grams (ja/zh: character 8-grams)"),
+    ("dup_paras_frac", "float64", "share of paragraphs (separated by a blank line) that repeat an earlier paragraph"),
+    ("dup_paras_char_frac", "float64", "share of paragraph characters in such repeated paragraphs"),
+    *((f"dup_{k}gram_char_frac", "float64", f"characters of words covered by a repeated word {k}-gram / chars (ja/zh: character {2 * k}-grams)") for k in DUP_NGRAMS),
     ("hiragana_ratio", "float64", "share of characters that are hiragana (null unless the ja rules apply)"),
     ("mean_sentence_chars", "float64", "characters per sentence (null unless the ja/zh rules apply)"),
     ("bad_words", "int64", "obscene words from a short built-in list (not part of the Gopher rules)"),
     ("gopher_pass", "bool", "true when every rule of the document's rule set passes"),
     ("gopher_reasons", "string", "comma-separated names of the failed rules ('' when it passes)"),
+    ("fw_line_punct_ratio", "float64", "FineWeb: share of non-empty lines ending with a sentence terminal (. ! ? 。 ！ ？ ...)"),
+    ("fw_short_line_ratio", "float64", f"FineWeb: share of non-empty lines of at most {FW_SHORT_LINE_CHARS} characters"),
+    ("fw_dup_line_char_ratio", "float64", "FineWeb: characters of repeated lines / characters of the text without newlines"),
+    ("fw_newline_word_ratio", "float64", "FineWeb: newlines per word (ja/zh: per 2 non-space characters)"),
+    ("fineweb_pass", "bool", "true when every FineWeb rule passes"),
+    ("fineweb_reasons", "string", "comma-separated names of the failed FineWeb rules ('' when it passes)"),
 ]
 
 
@@ -204,6 +230,21 @@ def measure(text: pa.Array, rules: np.ndarray, config: DocQualityConfig) -> dict
     dup_chars = ts.per_doc(ln_, dup, weights=ln_.lengths)
     line_chars = ts.per_doc(ln_, weights=ln_.lengths)
 
+    # paragraphs (Gopher): blocks separated by a blank line, trimmed, dictionary-encoded
+    pa_lists = pc.split_pattern_regex(text, PARAGRAPH_SEP_RE)
+    paras = ts._flatten(pc.utf8_trim_whitespace(pa_lists.flatten()), pc.list_parent_indices(pa_lists).to_numpy().astype(np.int64), n)
+    pdup = ts.duplicates(pc.dictionary_encode(paras.values).indices.to_numpy(), paras)
+    dup_paras = ts.per_doc(paras, pdup)
+    dup_para_chars = ts.per_doc(paras, pdup, weights=paras.lengths)
+    para_chars = ts.per_doc(paras, weights=paras.lengths)
+    dupng = ts.dup_ngram_chars(ids, w, DUP_NGRAMS)
+
+    # FineWeb line measures (on the trimmed non-empty lines)
+    fw_punct = ts.per_doc(ln_, pc.match_substring_regex(ln_.values, FW_LINE_END_RE))
+    fw_short = ts.per_doc(ln_, ln_.lengths <= FW_SHORT_LINE_CHARS)
+    newlines = pc.count_substring(text, "\n").to_numpy(zero_copy_only=False).astype(np.int64)
+    text_chars = pc.utf8_length(text).to_numpy(zero_copy_only=False).astype(np.int64) - newlines
+
     symbols = pc.count_substring_regex(text, SYMBOL_RE).to_numpy(zero_copy_only=False).astype(np.int64)
 
     out: dict[str, np.ndarray] = {
@@ -220,6 +261,13 @@ def measure(text: pa.Array, rules: np.ndarray, config: DocQualityConfig) -> dict
         "top_2gram_frac": top[2],
         "top_3gram_frac": top[3],
         "top_4gram_frac": top[4],
+        "dup_paras_frac": _ratio(dup_paras, paras.counts),
+        "dup_paras_char_frac": _ratio(dup_para_chars, para_chars),
+        **{f"dup_{k}gram_char_frac": np.minimum(_ratio(dupng[k], chars), 1.0) for k in DUP_NGRAMS},
+        "fw_line_punct_ratio": _ratio(fw_punct, n_lines),
+        "fw_short_line_ratio": _ratio(fw_short, n_lines),
+        "fw_dup_line_char_ratio": _ratio(dup_chars, text_chars),
+        "fw_newline_word_ratio": _ratio(newlines, words),
         "hiragana_ratio": np.full(n, np.nan),
         "mean_sentence_chars": np.full(n, np.nan),
         "bad_words": bad,
@@ -249,6 +297,10 @@ def measure(text: pa.Array, rules: np.ndarray, config: DocQualityConfig) -> dict
         for k, kc in zip(TOP_NGRAMS, TOP_NGRAM_CHARS):
             cnt, ln = char_top[kc]
             out[f"top_{k}gram_frac"][rows] = np.minimum(_ratio(np.where(cnt >= 2, cnt * ln, 0), nchar), 1.0)
+        char_dup = ts.dup_ngram_chars(cp, c, tuple(2 * k for k in DUP_NGRAMS))
+        for k in DUP_NGRAMS:
+            out[f"dup_{k}gram_char_frac"][rows] = np.minimum(_ratio(char_dup[2 * k], nchar), 1.0)
+        out["fw_newline_word_ratio"][rows] = _ratio(newlines[rows] * 2, nchar)
         hira = ts.per_doc(c, (cp >= 0x3041) & (cp <= 0x309F))
         is_ja = sub_rules == RULE_SETS.index("ja")
         out["hiragana_ratio"][rows[is_ja]] = _ratio(hira, nchar)[is_ja]
@@ -260,7 +312,22 @@ def measure(text: pa.Array, rules: np.ndarray, config: DocQualityConfig) -> dict
         if v.dtype.kind == "f":
             out[k] = np.round(v, 4)
     out["_fails"] = _rules(out, rules, char_rule, config)
+    out["_fw_fails"] = _fineweb_rules(out)
     return out
+
+
+def _fineweb_rules(m: dict[str, np.ndarray]) -> np.ndarray:
+    """Bit mask of failed FineWeb rules per document (bit i = FW_REASONS[i])."""
+    fails = {
+        "line_punct": m["fw_line_punct_ratio"] < FW_LINE_PUNCT_MIN,
+        "short_lines": m["fw_short_line_ratio"] > FW_SHORT_LINE_MAX,
+        "dup_line_chars": m["fw_dup_line_char_ratio"] > FW_DUP_CHAR_MAX,
+        "newline_ratio": m["fw_newline_word_ratio"] > FW_NEWLINE_WORD_MAX,
+    }
+    mask = np.zeros(len(m["fw_line_punct_ratio"]), dtype=np.int64)
+    for i, r in enumerate(FW_REASONS):
+        mask |= fails[r].astype(np.int64) << i
+    return mask
 
 
 def _rules(m: dict[str, np.ndarray], rules: np.ndarray, char_rule: np.ndarray, c: DocQualityConfig) -> np.ndarray:
@@ -287,6 +354,9 @@ def _rules(m: dict[str, np.ndarray], rules: np.ndarray, char_rule: np.ndarray, c
         "top_4gram": m["top_4gram_frac"] > MAX_TOP_NGRAM[2],
         "hiragana_ratio": ja & (np.nan_to_num(m["hiragana_ratio"], nan=1.0) < MIN_HIRAGANA),
         "sentence_length": char_rule & (np.nan_to_num(m["mean_sentence_chars"]) > MAX_SENTENCE_CHARS),
+        "dup_paras": m["dup_paras_frac"] > MAX_DUP_PARAS,
+        "dup_para_chars": m["dup_paras_char_frac"] > MAX_DUP_PARA_CHARS,
+        **{f"dup_{k}gram": m[f"dup_{k}gram_char_frac"] > t for k, t in zip(DUP_NGRAMS, MAX_DUP_NGRAM)},
     }
     mask = np.zeros(len(rules), dtype=np.int64)
     for i, r in enumerate(REASONS):
@@ -294,10 +364,10 @@ def _rules(m: dict[str, np.ndarray], rules: np.ndarray, char_rule: np.ndarray, c
     return mask
 
 
-def reasons_array(mask: np.ndarray) -> pa.Array:
+def reasons_array(mask: np.ndarray, reasons: tuple[str, ...] = REASONS) -> pa.Array:
     """Comma-separated failed rule names per document, built once per distinct mask."""
     uniq, inv = np.unique(mask, return_inverse=True)
-    names = [",".join(r for i, r in enumerate(REASONS) if (int(u) >> i) & 1) for u in uniq]
+    names = [",".join(r for i, r in enumerate(reasons) if (int(u) >> i) & 1) for u in uniq]
     return pa.array(names, pa.string()).take(pa.array(inv.astype(np.int32)))
 
 
@@ -383,6 +453,7 @@ class DocQuality(Transform):
         else:
             m = measure(text, rules, c)
         fails = m.pop("_fails")
+        fw_fails = m.pop("_fw_fails")
         for name, typ, _ in MEASURES:
             if name == "rules":
                 col = pa.array(RULE_SETS, pa.string()).take(pa.array(rules))
@@ -390,6 +461,10 @@ class DocQuality(Transform):
                 col = pa.array(fails == 0, pa.bool_())
             elif name == "gopher_reasons":
                 col = reasons_array(fails) if len(fails) else pa.array([], pa.string())
+            elif name == "fineweb_pass":
+                col = pa.array(fw_fails == 0, pa.bool_())
+            elif name == "fineweb_reasons":
+                col = reasons_array(fw_fails, FW_REASONS) if len(fw_fails) else pa.array([], pa.string())
             elif typ == "float64":
                 v = m[name]
                 col = pa.array(v, pa.float64(), mask=np.isnan(v)) if np.isnan(v).any() else pa.array(v, pa.float64())
@@ -399,6 +474,10 @@ class DocQuality(Transform):
         counters = {"dq_pass": int((fails == 0).sum()), "dq_fail": int((fails != 0).sum()), "dq_lang_default": defaulted}
         for i, r in enumerate(REASONS):
             counters[f"dq_fail_{r}"] = int(((fails >> i) & 1).sum())
+        counters["dq_fineweb_pass"] = int((fw_fails == 0).sum())
+        counters["dq_fineweb_fail"] = int((fw_fails != 0).sum())
+        for i, r in enumerate(FW_REASONS):
+            counters[f"dq_fineweb_fail_{r}"] = int(((fw_fails >> i) & 1).sum())
         for i, r in enumerate(RULE_SETS):
             k = int((rules == i).sum())
             if k:

@@ -42,6 +42,8 @@ STAGES = [
     PeerStage("exact_dedup", "corpus"),
     PeerStage("fuzzy_dedup", "nodups"),
     PeerStage("doc_quality", "corpus"),
+    # C4's line cleaning; bad words off (datatrove's C4BadWordsFilter downloads its lists)
+    PeerStage("c4_clean", "corpus", {"filter_bad_words": False}, ("datatrove",)),
     PeerStage("filter", "corpus", {"criteria": CRITERIA}),
     PeerStage("lang_id", "corpus"),
     # the training output (the Megatron dataset, as datatrove writes its token files) and num_tokens,
@@ -178,6 +180,8 @@ def _accuracy(stage: str, tool: str, truth: Path, src: Path, out: Path, ref: dic
         n = len(score.read_columns(src, ["id"]))
         return {"docs_out": len(kept), "agreement": 1 - len(kept ^ ref.get("kept", set())) / max(n, 1),
                 "only_prepline_kept": len(ref.get("kept", set()) - kept), "only_peer_kept": len(kept - ref.get("kept", set()))}
+    if stage == "c4_clean":
+        return score.c4_agreement(src, out, "contents" if tool == "prepline" else "text", ref)
     return {"docs_out": len(score.read_columns(out, ["id"]))}
 
 
@@ -195,6 +199,9 @@ def _note(stage: str, acc: dict) -> str:
         if "identical_total" in acc:
             return f"total {acc['total']:,} ({'=' if acc['identical_total'] else '≠'} prepline's)"
         return f"total {acc['total']:,} tokens"
+    if stage == "c4_clean" and "agreement" in acc:
+        return (f"{acc['docs_out']:,} docs out; keep/remove agreement with prepline {acc['agreement']:.4f}, "
+                f"same text {acc['same_text']:,}/{acc['both_kept']:,}")
     if "agreement" in acc:
         return (f"{acc['docs_out']:,} docs out, decisions agree {acc['agreement']:.4f} (kept only by prepline "
                 f"{acc['only_prepline_kept']}, only by the peer {acc['only_peer_kept']})")

@@ -16,6 +16,9 @@ default needs the network:
 * doc_quality: ``GopherQualityFilter`` + ``GopherRepetitionFilter`` (datatrove filters where
   prepline and DPK annotate; C4's bad-word list would be downloaded);
 * url_filter, decontaminate: see their functions (no integrated lists, no lighteval).
+* c4_clean: ``C4QualityFilter`` on its defaults (English: its sentence counts come from spaCy's
+  sentencizer, no model download); ``C4BadWordsFilter`` is not run (its lists are downloaded),
+  nor are prepline's bad words (``filter_bad_words`` false on prepline's side).
 """
 
 from __future__ import annotations
@@ -123,6 +126,12 @@ def doc_quality(src: str, dst: str, assets: dict) -> None:
     _run([(steps, _files(src), WORKERS)], dst)
 
 
+def c4_clean(src: str, dst: str, assets: dict) -> None:
+    from datatrove.pipeline.filters import C4QualityFilter
+
+    _run([([_reader(src), C4QualityFilter(), _writer(dst)], _files(src), WORKERS)], dst)
+
+
 def filter(src: str, dst: str, assets: dict) -> None:  # noqa: A001 - the stage's name
     from datatrove.pipeline.filters import LambdaFilter
 
@@ -178,7 +187,7 @@ def decontaminate(src: str, dst: str, assets: dict) -> None:
     _run([([_reader(src), NGramsDecontFilter(index_folder=index, config=cfg, language=words), _writer(dst)], _files(src), WORKERS)], dst)
 
 
-STAGES = {f.__name__: f for f in (exact_dedup, fuzzy_dedup, lang_id, doc_quality, filter, tokenization, url_filter, decontaminate)}
+STAGES = {f.__name__: f for f in (exact_dedup, fuzzy_dedup, lang_id, doc_quality, c4_clean, filter, tokenization, url_filter, decontaminate)}
 
 if __name__ == "__main__":
     stage, src, dst, assets = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(open(sys.argv[4]).read())

@@ -101,3 +101,18 @@ def compare_tokens(ref: dict[str, int], other: dict[str, int] | None, total: int
     missing = [i for i in ref if i not in other and ref[i] != 0]
     return {"docs": len(common), "identical_docs": same, "missing_nonempty": len(missing),
             "total": int(sum(other.values())), "prepline_total": ref_total}
+
+
+def c4_agreement(src: Path, out: Path, text_column: str, ref: dict) -> dict:
+    """C4 cleaning: prepline's output is the reference (it runs first); a peer's keep/remove decisions
+    are compared with it over every input document, and the texts of the documents both keep."""
+    t = read_columns(out, ["id", text_column])
+    kept = dict(zip((str(x) for x in t.column("id").to_pylist()), t.column(text_column).to_pylist())) if t.num_rows else {}
+    if "c4" not in ref:
+        ref["c4"] = kept
+        return {"docs_out": len(kept)}
+    mine, ids = ref["c4"], {str(i) for i in _ids(src)}
+    agree = sum((i in mine) == (i in kept) for i in ids)
+    both = [i for i in kept if i in mine]
+    return {"docs_out": len(kept), "agreement": agree / max(len(ids), 1), "both_kept": len(both),
+            "same_text": sum(mine[i] == kept[i] for i in both)}

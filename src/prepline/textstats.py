@@ -28,6 +28,7 @@ __all__ = [
     "top_ngram",
     "top_ngrams",
     "duplicates",
+    "dup_ngram_chars",
     "WHITESPACE_CODEPOINTS",
 ]
 
@@ -223,3 +224,49 @@ def duplicates(ids: np.ndarray, tokens: Tokens) -> np.ndarray:
     dup = np.ones(len(ids), dtype=bool)
     dup[first] = False
     return dup
+
+
+def dup_ngram_chars(ids: np.ndarray, tokens: Tokens, ns: tuple[int, ...]) -> dict[int, np.ndarray]:
+    """Characters of each document's tokens covered by a repeated n-gram occurrence, for each n.
+
+    An occurrence is "repeated" when the same n-gram (by a 64-bit hash of its token ids, within
+    the document) occurs at an earlier position of the document; a token counts once however many
+    repeated occurrences cover it. The first occurrence of an n-gram is not counted (as
+    datatrove's ``find_all_duplicate``, which adds the characters of each later occurrence and
+    skips past it; the union of covered tokens used here is the vectorisable form of that).
+    """
+    n_docs = tokens.n_docs
+    total = len(ids)
+    out: dict[int, np.ndarray] = {}
+    ends = np.repeat(tokens.starts[1:], tokens.counts)
+    pos = np.arange(total)
+    u = ids.astype(np.uint64) + np.uint64(1)
+    h = u.copy()
+    done = 1
+    for n in sorted(ns):
+        res = np.zeros(n_docs, dtype=np.int64)
+        out[n] = res
+        m = total - n + 1
+        if m <= 0:
+            continue
+        with np.errstate(over="ignore"):
+            while done < n:
+                h = h[: total - done] * _MUL + u[done:]
+                done += 1
+            hm = _mix(h[:m] ^ (tokens.doc[:m].astype(np.uint64) * _M2))
+        valid = np.flatnonzero((pos[:m] + n) <= ends[:m])
+        if not len(valid):
+            continue
+        _, first = np.unique(hm[valid], return_index=True)
+        rep = np.ones(len(valid), dtype=bool)
+        rep[first] = False
+        mark = np.zeros(total + 1, dtype=np.int64)
+        mark[valid[rep]] = 1
+        cs = np.zeros(total + 1, dtype=np.int64)
+        np.cumsum(mark[:total], out=cs[1:])
+        # token i is covered when a repeated occurrence starts in [i - n + 1, i] (such a start is
+        # always in i's document: an n-gram never crosses a document boundary)
+        lo = np.maximum(pos - n + 1, 0)
+        covered = (cs[pos + 1] - cs[lo]) > 0
+        res[:] = np.bincount(tokens.doc[covered], weights=tokens.lengths[covered], minlength=n_docs).astype(np.int64)
+    return out

