@@ -25,6 +25,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 PARAMS = {
     "filter": {"criteria": ["length(trim(contents)) >= 20"]},
     "tokenization": {"vocab_size": 300},
+    "c4_clean": {"min_sentences": 1},  # the corpus's documents are one or two sentences long
 }
 
 #: an evaluation set sharing a sentence with the corpus: decontaminate must flag that document
