@@ -220,10 +220,24 @@ def duplicates(ids: np.ndarray, tokens: Tokens) -> np.ndarray:
     if len(ids) == 0:
         return np.zeros(0, dtype=bool)
     key = (tokens.doc.astype(np.uint64) << np.uint64(32)) | ids.astype(np.uint64)
-    _, first = np.unique(key, return_index=True)
-    dup = np.ones(len(ids), dtype=bool)
-    dup[first] = False
-    return dup
+    return repeated(key)
+
+
+def repeated(keys: np.ndarray) -> np.ndarray:
+    """Mask of the values of ``keys`` (uint64) equal to an earlier value: every occurrence but the first.
+
+    Hash-based, linear (Arrow's ``dictionary_encode``), not a sort: codes are given in order of first
+    appearance, so a value is new exactly when its code exceeds every code before it. About 2× faster
+    than ``np.unique(return_index=True)`` on millions of n-gram hashes (its stable sort dominated
+    doc_quality's repetition measures)."""
+    n = len(keys)
+    out = np.zeros(n, dtype=bool)
+    if n < 2:
+        return out
+    codes = pc.dictionary_encode(pa.array(keys)).indices.to_numpy()
+    seen = np.maximum.accumulate(codes)
+    out[1:] = codes[1:] <= seen[:-1]
+    return out
 
 
 def dup_ngram_chars(ids: np.ndarray, tokens: Tokens, ns: tuple[int, ...]) -> dict[int, np.ndarray]:
@@ -257,9 +271,7 @@ def dup_ngram_chars(ids: np.ndarray, tokens: Tokens, ns: tuple[int, ...]) -> dic
         valid = np.flatnonzero((pos[:m] + n) <= ends[:m])
         if not len(valid):
             continue
-        _, first = np.unique(hm[valid], return_index=True)
-        rep = np.ones(len(valid), dtype=bool)
-        rep[first] = False
+        rep = repeated(hm[valid])
         mark = np.zeros(total + 1, dtype=np.int64)
         mark[valid[rep]] = 1
         cs = np.zeros(total + 1, dtype=np.int64)
