@@ -38,6 +38,17 @@ NAME_RE = re.compile(r"^[a-z0-9]{1,8}$")
 HOST_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
 
 
+def hidden_by_private_tmp() -> str | None:
+    """Why the lab's processes could not see this checkout or its Python (each host's /tmp is its
+    own scratch folder, so anything under the real /tmp is invisible inside), or None."""
+    for what, path in (("the Python", Path(sys.executable)), ("this checkout", Path(__file__).resolve().parent.parent)):
+        p = path.absolute()
+        if p == SCRATCH_ROOT or SCRATCH_ROOT in p.parents:
+            return (f"{what} is under {SCRATCH_ROOT} ({p}), which every lab host replaces with its own scratch folder: "
+                    f"the hosts would not find it; clone the project (and make its .venv) outside {SCRATCH_ROOT}")
+    return None
+
+
 class LabError(RuntimeError):
     pass
 
@@ -169,7 +180,7 @@ class Lab:
         for h in hosts:
             if not HOST_RE.match(h):
                 raise LabError(f"host name {h!r}: a-z0-9 and '-'")
-        why = can_make_namespaces()
+        why = can_make_namespaces() or hidden_by_private_tmp()
         if why:
             raise LabError(why)
         t0 = time.time()

@@ -106,3 +106,19 @@ def test_down_after_a_crash_removes_everything():
     assert not any(alive(p) for p in pids)
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "lab.py"), "--name", name, "down"], capture_output=True, text=True)
     assert r.returncode == 0 and leftovers(name) == []
+
+
+def test_a_checkout_or_python_under_tmp_is_refused_before_anything_is_made(monkeypatch):
+    """Every host's /tmp is its own scratch folder: a clone in /tmp (its .venv with it) would be
+    invisible inside the hosts, every process failing with 'python: not found'. Refused up front."""
+    require_lab()
+    import lab as labmod
+
+    monkeypatch.setattr(sys, "executable", "/tmp/somewhere/.venv/bin/python")
+    assert "clone the project" in labmod.hidden_by_private_tmp()
+    name = lab_name("tmpcheck")
+    with pytest.raises(labmod.LabError, match="under /tmp"):
+        Lab(name).up(["a"])
+    assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.count(name) == 0
+    monkeypatch.undo()
+    assert labmod.hidden_by_private_tmp() is None
