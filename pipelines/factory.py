@@ -220,9 +220,9 @@ def pipelines(images: ImageSet = DEFAULT_IMAGES) -> dict:
     from prepline.pipelines.chained import chained_pipeline
 
     out = {t: simple_pipeline(t, images) for t in registry.names()}
-    shipped = specs.shipped()
-    out[shipped.name] = spec_pipeline(shipped, images)
-    out[f"{shipped.name}_chained"] = chained_pipeline(shipped, images)
+    for shipped in map(specs.shipped, specs.shipped_names()):
+        out[shipped.name] = spec_pipeline(shipped, images)
+        out[f"{shipped.name}_chained"] = chained_pipeline(shipped, images)
     return out
 
 

@@ -309,6 +309,14 @@ def shipped_path(name: str = SHIPPED) -> Path:
     return Path(str(resources.files("prepline.pipelines").joinpath("specs", f"{name}.yaml")))
 
 
+def shipped_names() -> list[str]:
+    """The names of the specs shipped with prepline (package data ``specs/*.yaml``), ``super`` first:
+    each is a pipeline of its own (``prepline pipeline run <name>``, compiled/, elyra_templates/)."""
+    folder = resources.files("prepline.pipelines").joinpath("specs")
+    names = sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return sorted(names, key=lambda n: n != SHIPPED)
+
+
 def shipped(name: str = SHIPPED) -> PipelineSpec:
     """A spec shipped with prepline (package data): ``super`` is the super pipeline."""
     return load(shipped_path(name))

@@ -271,9 +271,25 @@ def cmd_sample(argv: list[str]) -> int:
     ap.add_argument("--docs", type=int, default=None, help="number of documents (default: the bundled sample, a few thousand)")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--files", type=int, default=8, help="number of Parquet files")
+    ap.add_argument("--format", choices=("parquet", "warc"), default="parquet",
+                    help="warc: the same documents as HTML pages of a web crawl (navigation, cookie banner, footer "
+                         "around the text; a URL each) in 2 WARC files, for recipes that start from crawls "
+                         "(pipelines/specs/fineweb.yaml)")
     a = ap.parse_args(argv)
     from prepline.sample import build_sample
 
+    if a.format == "warc":
+        import tempfile
+        from pathlib import Path
+
+        from prepline.sample.web import write_warc
+
+        with tempfile.TemporaryDirectory() as tmp:
+            info = build_sample(Path(tmp) / "s", docs=a.docs, seed=a.seed, files=a.files)
+            web = write_warc(Path(tmp) / "s", a.output)
+        _console().print(f"sample: {web['pages']:,} web pages (of {info['docs']:,} docs; the empty ones have no page) "
+                         f"in {len(web['files'])} WARC files at {web['output']}")
+        return 0
     info = build_sample(a.output, docs=a.docs, seed=a.seed, files=a.files)
     _console().print(f"sample: {info['docs']:,} docs in {info['files']} files ({info['bytes'] / 1e6:.1f} MB) at {info['output']}")
     _console().print("languages: " + ", ".join(f"{k} {v}" for k, v in sorted(info["langs"].items())))

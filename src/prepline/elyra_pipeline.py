@@ -226,8 +226,8 @@ def generate(images: ImageSet = DEFAULT_IMAGES) -> dict[str, str]:
     files.update({f"{CATALOG_SUBDIR}/{component_file(s)}": _yaml(step_spec(s, images)) for s in STEPS})
     if TEMPLATE_TRANSFORM in registry.names():
         files[f"{TEMPLATE_TRANSFORM}.pipeline"] = json.dumps(simple_template(TEMPLATE_TRANSFORM, images), indent=2) + "\n"
-    shipped = specs.shipped()
-    files[f"{shipped.name}.pipeline"] = json.dumps(spec_template(shipped, images), indent=2, ensure_ascii=False) + "\n"
+    for shipped in map(specs.shipped, specs.shipped_names()):
+        files[f"{shipped.name}.pipeline"] = json.dumps(spec_template(shipped, images), indent=2, ensure_ascii=False) + "\n"
     return files
 
 

@@ -57,10 +57,10 @@ def resolve(name: str) -> Target:
     if is_spec_file(name):
         spec = specs.load(Path(name))
         return Target(spec.name, "spec", spec)
-    shipped = specs.shipped()
     known = {n: Target(n, "stage") for n in registry.names()}
-    known[shipped.name] = Target(shipped.name, "spec", shipped)
-    known[f"{shipped.name}_chained"] = Target(f"{shipped.name}_chained", "chained", shipped)
+    for shipped in map(specs.shipped, specs.shipped_names()):
+        known[shipped.name] = Target(shipped.name, "spec", shipped)
+        known[f"{shipped.name}_chained"] = Target(f"{shipped.name}_chained", "chained", shipped)
     if name not in known:
         close = difflib.get_close_matches(name, list(known), n=1)
         raise ConfigError(f"unknown pipeline '{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""),

@@ -125,7 +125,7 @@ def test_templates_reference_the_catalog_and_mirror_the_stages():
     from prepline.pipelines import spec as specs
 
     docs = _pipeline_docs()
-    assert set(docs) == {"doc_id", "super"}
+    assert set(docs) == {"doc_id", *specs.shipped_names()} >= {"super", "fineweb"}
     ids = {component_id(t): t for t in registry.names()} | {step_id(s): s for s in STEPS}
     defaults = {n: v for n, _, v, *_ in STAGE_INPUTS}
     assert defaults["input_path"] is None and defaults["work_root"] is None and defaults["provider"] == "kuberay"
@@ -151,6 +151,10 @@ def test_templates_reference_the_catalog_and_mirror_the_stages():
                      ("run_report", "")]
     assert ("hap", "ja") not in nodes and ("hap", "en") in nodes  # the spec's hap: English only
     assert [ids[n["op"]] for n in docs["doc_id"]["pipelines"][0]["nodes"]] == ["doc_id"]
+    # a recipe's template: its stages in its order, once per branch language
+    fw = specs.shipped("fineweb")
+    stages = [ids[n["op"]] for n in docs["fineweb"]["pipelines"][0]["nodes"]]
+    assert [s for s in stages if s in fw.order()] == fw.order()
 
 
 def test_generation_is_deterministic():

@@ -313,3 +313,25 @@ def test_composed_documents_share_at_most_one_unit():
 def test_checksum_helpers_reject_bad_values():
     assert luhn_ok("4111 1111 1111 1111") and not luhn_ok("4111 1111 1111 1112")
     assert iban_ok("GB82 WEST 1234 5698 7654 32") and not iban_ok("GB83 WEST 1234 5698 7654 32")
+
+
+def test_the_web_sample_is_a_crawl_that_ingest_reads(tmp_path):
+    """prepline sample --format warc: one HTML page per non-empty document, the same bytes on every
+    run; ingest (FastWARC + Resiliparse) gets the text back with its URL, the navigation and footer
+    stripped, the share line inside the article kept."""
+    from prepline.engine import RunOptions, run_transform
+    from prepline.sample import build_sample
+    from prepline.sample.web import SHARE, write_warc
+
+    build_sample(tmp_path / "s", docs=60, files=2)
+    a, b = write_warc(tmp_path / "s", tmp_path / "a"), write_warc(tmp_path / "s", tmp_path / "b")
+    assert a["files"] == ["crawl-0.warc.gz", "crawl-1.warc.gz"] and a["pages"] == b["pages"] > 50
+    assert all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in a["files"])
+    meta = run_transform("ingest", {}, RunOptions(str(tmp_path / "a"), str(tmp_path / "i"), workers=1, progress=False)).metadata
+    assert meta["totals"]["docs_out"] == a["pages"]
+    t = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "i").glob("*.parquet"))])
+    texts = t["contents"].to_pylist()
+    assert all(x.endswith(SHARE) for x in texts) and not any("All rights reserved" in x or "About us" in x for x in texts)
+    assert all(re.fullmatch(r"https://[a-z-]+\.example\.org/page/s\d+", u) for u in t["url"].to_pylist())
+    with pytest.raises(SampleError, match="not empty"):
+        write_warc(tmp_path / "s", tmp_path / "a")

@@ -40,7 +40,11 @@ def test_compiled_is_up_to_date():
 
 def test_one_pipeline_per_transform_and_super():
     stems = {p.stem for p in (COMPILED / "pipelines").glob("*.yaml")}
-    assert stems == set(registry.names()) | {"super", "super_chained"} == set(pipelines())
+    from prepline.pipelines import spec as specs
+
+    recipes = {f"{n}{tail}" for n in specs.shipped_names() for tail in ("", "_chained")}
+    assert recipes >= {"super", "super_chained", "fineweb", "fineweb_chained"}
+    assert stems == set(registry.names()) | recipes == set(pipelines())
 
 
 _KFP_TYPE = {str: "STRING", int: "NUMBER_INTEGER", bool: "BOOLEAN", list: "LIST"}
