@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import re
 import shlex
 import sys
 import time
@@ -331,11 +332,31 @@ def job_error(output_path: str, stage: str, what: str) -> PreplineError:
         err = {}
     kind = getattr(errors, str(err.get("type", "")), None)
     if not err.get("message") or not (isinstance(kind, type) and issubclass(kind, PreplineError)):
-        return RunFailed(f"{stage}: {what}", "see the job log above")
+        said = _said(what)  # refused before it wrote metadata.json (a missing column, a bad path): its last words
+        if said is None:
+            return RunFailed(f"{stage}: {what}", "see the job log above")
+        message, fix, code = said
+        kind = next((k for k in (errors.ConfigError, errors.InputError, errors.OutputError, errors.ServiceError, errors.TimedOut)
+                     if k.exit_code == code), RunFailed)
+        return kind(message if message.startswith(f"{stage}") else f"{stage}: {message}", fix)
     fix = (err.get("fix") or "see the job log above").replace(
         "pass --allow-empty-output", f'allow it for this stage in overrides_json: {{"{stage}": {{"allow_empty_output": true}}}}')
     message = err["message"] if err["message"].startswith(f"{stage} ") else f"{stage}: {err['message']}"
     return kind(message, fix)
+
+
+_SAID = re.compile(r"^error: (?P<message>.+)\n\s*fix: (?P<fix>.+)$", re.M)
+_EXIT = re.compile(r"exit code (\d+)")
+
+
+def _said(what: str) -> tuple[str, str, int | None] | None:
+    """The last ``error:`` / ``fix:`` pair that ``prepline run`` printed in a failed job's log (Ray puts
+    the log's tail in the job's message), and the job's exit code; None when there is none."""
+    found = list(_SAID.finditer(what or ""))
+    if not found:
+        return None
+    code = _EXIT.search(what)
+    return found[-1]["message"].strip(), found[-1]["fix"].strip(), int(code.group(1)) if code else None
 
 
 def one_line(meta: dict) -> str:

@@ -67,3 +67,26 @@ def test_a_branch_whose_language_has_no_document_says_so_before_its_cluster_star
         stages.prepare("doc_id", "{}", str(tmp_path / "w"), "r", "doc_id", "fr", from_plan=True)
     assert "doc_id (fr): lang_id found no document in language 'fr'" in e.value.message
     assert "leave fr out of the pipeline's languages parameter" in e.value.fix
+
+
+def test_a_job_refused_before_its_metadata_reports_what_prepline_run_said(tmp_path, corpus):
+    """A stage refused at its schema check (url_filter on input without `url`) writes no metadata.json:
+    the step reported only Ray's 'Job entrypoint command failed with exit code 6' and an empty fix.
+    Now the error and fix that `prepline run` printed, from the log tail Ray puts in the job's message."""
+    import os
+    import subprocess
+    import sys
+
+    from prepline.errors import InputError
+
+    r = subprocess.run([sys.executable, "-m", "prepline.cli", "run", "url_filter", "--input", str(corpus), "--output",
+                        str(tmp_path / "o")], capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert r.returncode == 6
+    # Ray's JobInfo.message of a failed entrypoint, as the installed Ray wrote it in a local pipeline run,
+    # and as newer Ray's python/ray/dashboard/modules/job/job_supervisor.py words it
+    for head in ("Job entrypoint command failed with exit code 6, last available logs (truncated to 20,000 chars):\n",
+                 "Job entrypoint command failed with exit code 6. Last available logs (truncated to 20,000 chars):\n"):
+        e = stages.job_error(str(tmp_path / "o"), "url_filter", "Ray job x FAILED: " + head + r.stdout + r.stderr)
+        assert isinstance(e, InputError), e
+        assert e.message.startswith("url_filter: ") and "column 'url' is missing" in e.message and "\n" not in e.message
+        assert "url_column" in e.fix
