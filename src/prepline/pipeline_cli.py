@@ -36,7 +36,7 @@ def cmd_pipeline(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="prepline pipeline",
                                  description="List pipelines, compile a pipeline spec, or run a pipeline locally (kfp.local + local Ray).")
     sub = ap.add_subparsers(dest="action", required=True)
-    sub.add_parser("list", help="the pipelines (one per transform, the super pipeline and its chained form)")
+    sub.add_parser("list", help="the pipelines (one per transform; each shipped spec, super and the recipes, and its chained form)")
     c = sub.add_parser("compile", help="compile a pipeline spec (YAML) into KFP YAML (nested and chained) and an Elyra template")
     c.add_argument("spec", help="a pipeline spec file (docs/pipelines.md), or 'super' for the shipped one")
     c.add_argument("--output", default=".", help="folder of <name>.yaml and <name>_chained.yaml (default: .)")
