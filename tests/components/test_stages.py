@@ -145,9 +145,11 @@ def test_start_execute_stop_on_a_local_ray_head(tmp_path, corpus, monkeypatch):
         bad = tmp_path / "bad"
         bad.mkdir()
         (bad / "x.parquet").write_bytes(b"not parquet")
-        with pytest.raises(RunFailed, match="FAILED"):
+        # what `prepline run` said in the job (its error, not Ray's "exit code 1"): the file and the fix
+        with pytest.raises(RunFailed, match=r"doc_id: 1 input file\(s\) failed .*x\.parquet: not a readable Parquet file") as ei:
             stages.execute(**args, transform="doc_id", config_json=prep["config_json"], input_path=str(bad),
                            output_path=str(tmp_path / "w" / "bad-out"), workers=1, out=io.StringIO(), poll=0.3)
+        assert "--max-failed-files" in ei.value.fix
     finally:
         assert stages.stop(**args) is True
     assert not _members(st) and stages.stop(**args) is False

@@ -241,7 +241,9 @@ def _run_stage_commands(tmp_path, corpus, env, common, clusters):
     (bad / "x.parquet").write_bytes(b"not parquet")
     r = subprocess.run(_command("doc_id", {**common, "run_id": "elyra-run-2", "input_path": str(bad)}, tmp_path / "out2"),
                        env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 1 and "FAILED" in r.stderr, r.stdout[-3000:] + r.stderr[-3000:]  # RunFailed (prepline.errors)
+    # RunFailed (exit 1) with what `prepline run` said in the job: the file and the fix
+    assert r.returncode == 1 and "input file(s) failed" in r.stderr and "fix: re-export or remove the file" in r.stderr, \
+        r.stdout[-3000:] + r.stderr[-3000:]
     assert not list(clusters.glob("*.json")), "the cluster of a failed stage was not stopped"
     assert not (tmp_path / "out2" / "stage_dir").exists()
 
