@@ -169,6 +169,29 @@ def top_ngram(ids: np.ndarray, tokens: Tokens, n: int) -> tuple[np.ndarray, np.n
     return top_ngrams(ids, tokens, (n,))[n]
 
 
+def _rolling(ids: np.ndarray, tokens: Tokens, ns: tuple[int, ...]):
+    """For each n of ``ns`` in ascending order: ``(n, h, valid)``, where ``h[i]`` is the polynomial
+    rolling hash (uint64, unmixed) of the n tokens starting at position i (i < total - n + 1) and
+    ``valid`` marks the starts whose n-gram stays inside one document; ``h`` is None when no
+    n-gram fits. One hash is extended from n to n + 1, so several n cost one pass each."""
+    total = len(ids)
+    ends = np.repeat(tokens.starts[1:], tokens.counts)
+    pos = np.arange(total)
+    u = ids.astype(np.uint64) + np.uint64(1)
+    h = u.copy()
+    done = 1
+    for n in sorted(ns):
+        m = total - n + 1
+        if m <= 0:
+            yield n, None, None
+            continue
+        with np.errstate(over="ignore"):
+            while done < n:
+                h = h[: total - done] * _MUL + u[done:]
+                done += 1
+        yield n, h[:m], (pos[:m] + n) <= ends[:m]
+
+
 def top_ngrams(ids: np.ndarray, tokens: Tokens, ns: tuple[int, ...]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """:func:`top_ngram` for several ``n`` at once (the rolling hash and offsets are shared)."""
     n_docs = tokens.n_docs
@@ -176,29 +199,18 @@ def top_ngrams(ids: np.ndarray, tokens: Tokens, ns: tuple[int, ...]) -> dict[int
         raise ValueError(f"top_ngram handles at most {MAX_DOCS_PER_CALL - 1} documents per call")
     total = len(ids)
     out = {}
-    ends = np.repeat(tokens.starts[1:], tokens.counts)
-    pos = np.arange(total)
     cs = np.zeros(total + 1, dtype=np.int64)
     np.cumsum(tokens.lengths, out=cs[1:])
     docbits = tokens.doc.astype(np.uint64) << _DOC_SHIFT
-    u = ids.astype(np.uint64) + np.uint64(1)
-    h = u.copy()  # polynomial rolling hash of the n tokens starting at each position
-    done = 1
-    for n in sorted(ns):
+    for n, h, valid in _rolling(ids, tokens, ns):
         count = np.zeros(n_docs, dtype=np.int64)
         chars = np.zeros(n_docs, dtype=np.int64)
         out[n] = (count, chars)
-        m = total - n + 1
-        if m <= 0:
+        if h is None or not valid.any():
             continue
+        m = len(h)
         with np.errstate(over="ignore"):
-            while done < n:
-                h = h[: total - done] * _MUL + u[done:]
-                done += 1
-            hm = _mix(h[:m])
-        valid = (pos[:m] + n) <= ends[:m]
-        if not valid.any():
-            continue
+            hm = _mix(h)
         glen = np.minimum(cs[n : n + m] - cs[:m], 1023).astype(np.uint64)
         key = docbits[:m] | ((hm >> np.uint64(32)) << _HASH_SHIFT) | glen
         key = np.sort(key[valid])
@@ -265,25 +277,17 @@ def dup_ngram_chars(ids: np.ndarray, tokens: Tokens, ns: tuple[int, ...]) -> dic
     n_docs = tokens.n_docs
     total = len(ids)
     out: dict[int, np.ndarray] = {}
-    ends = np.repeat(tokens.starts[1:], tokens.counts)
     pos = np.arange(total)
-    u = ids.astype(np.uint64) + np.uint64(1)
-    h = u.copy()
-    done = 1
-    for n in sorted(ns):
+    for n, h, ok in _rolling(ids, tokens, ns):
         res = np.zeros(n_docs, dtype=np.int64)
         out[n] = res
-        m = total - n + 1
-        if m <= 0:
+        if h is None:
             continue
-        with np.errstate(over="ignore"):
-            while done < n:
-                h = h[: total - done] * _MUL + u[done:]
-                done += 1
-            hm = _mix(h[:m] ^ (tokens.doc[:m].astype(np.uint64) * _M2))
-        valid = np.flatnonzero((pos[:m] + n) <= ends[:m])
+        valid = np.flatnonzero(ok)
         if not len(valid):
             continue
+        with np.errstate(over="ignore"):
+            hm = _mix(h ^ (tokens.doc[: len(h)].astype(np.uint64) * _M2))
         rep = repeated(hm[valid])
         mark = np.zeros(total + 1, dtype=np.int64)
         mark[valid[rep]] = 1
