@@ -112,20 +112,6 @@ def _entries(items: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def _base_lang(table: pa.Table, c: C4CleanConfig) -> pa.Array:
-    """Lower-cased base language code per document ('pt-BR' -> 'pt'); default_lang where unset."""
-    n = table.num_rows
-    default = c.default_lang.split("-")[0].split("_")[0].lower()
-    if not c.lang_column or c.lang_column not in table.column_names:
-        return pa.array([default] * n, pa.string()) if n else pa.array([], pa.string())
-    lang = ts.as_array(table.column(c.lang_column))
-    if pa.types.is_dictionary(lang.type):
-        lang = lang.cast(pa.string())
-    base = pc.replace_substring_regex(pc.utf8_lower(lang), r"[-_].*$", "")
-    unset = pc.fill_null(pc.is_in(base, value_set=pa.array(["", "und"])), True)
-    return pc.if_else(unset, pa.scalar(default), base)
-
-
 @register
 class C4Clean(Transform):
     name = "c4_clean"
@@ -175,7 +161,7 @@ class C4Clean(Transform):
         c = self.config
         n = table.num_rows
         text = ts.as_array(table.column(c.content_column))
-        lang = _base_lang(table, c)
+        lang, _ = ts.base_lang(table, c.lang_column, c.default_lang)
         is_cjk = np.asarray(pc.fill_null(pc.is_in(lang, value_set=pa.array(CHAR_LANGS)), False).to_numpy(zero_copy_only=False), dtype=bool)
 
         lists = pc.split_pattern_regex(pc.fill_null(text, ""), LINE_SPLIT_RE)

@@ -176,11 +176,6 @@ class DocQualityConfig(TransformConfig):
             raise ConfigError("content_column and lang_column are the same", "name the text column and the language column")
 
 
-def _rule_index(code: str) -> int:
-    code = code.split("-")[0].split("_")[0].lower()
-    return RULE_SETS.index(code) if code in RULE_SETS else RULE_SETS.index("other")
-
-
 # Union of the stop words of all languages and which languages each belongs to.
 _STOP_UNION = sorted({w for ws in STOP_WORDS.values() for w in ws})
 _STOP_MEMBER = np.zeros((len(RULE_SETS), len(_STOP_UNION)), dtype=bool)
@@ -423,22 +418,10 @@ class DocQuality(Transform):
 
     def _rules_for(self, table: pa.Table) -> tuple[np.ndarray, int]:
         c = self.config
-        n = table.num_rows
-        default = _rule_index(c.default_lang)
-        if not c.lang_column or c.lang_column not in table.column_names:
-            return np.full(n, default, dtype=np.int64), n
-        lang = ts.as_array(table.column(c.lang_column))
-        if pa.types.is_dictionary(lang.type):
-            lang = lang.cast(pa.string())
-        base = pc.utf8_lower(lang)
-        # region/script suffixes (pt-BR, zh_Hans) map to the base language
-        base = pc.replace_substring_regex(base, r"[-_].*$", "")
+        base, unset = ts.base_lang(table, c.lang_column, c.default_lang)
         idx = pc.index_in(base, value_set=pa.array(RULE_SETS[:-1])).to_numpy(zero_copy_only=False)
         idx = np.where(np.isnan(idx), -1, idx).astype(np.int64) if idx.dtype.kind == "f" else idx.astype(np.int64)
-        unset = np.asarray(pc.fill_null(pc.is_in(base, value_set=pa.array(["", "und"])), True).to_numpy(zero_copy_only=False), dtype=bool)
-        unset |= np.asarray(pc.is_null(base).to_numpy(zero_copy_only=False), dtype=bool)
         rules = np.where(idx >= 0, idx, RULE_SETS.index("other"))
-        rules = np.where(unset, default, rules)
         return rules.astype(np.int64), int(unset.sum())
 
     def transform(self, table: pa.Table, task: FileTask) -> Output:

@@ -235,6 +235,23 @@ def duplicates(ids: np.ndarray, tokens: Tokens) -> np.ndarray:
     return repeated(key)
 
 
+def base_lang(table: pa.Table, lang_column: str, default_lang: str) -> tuple[pa.Array, np.ndarray]:
+    """Each document's lower-cased base language code (``pt-BR`` and ``zh_Hans`` give ``pt``, ``zh``)
+    from ``lang_column``, and the mask of documents that had none (missing column, null, empty or
+    ``und``), which get ``default_lang``'s base code: how language-aware stages pick their rules."""
+    n = table.num_rows
+    default = default_lang.split("-")[0].split("_")[0].lower()
+    if not lang_column or lang_column not in table.column_names:
+        return pa.array([default] * n, pa.string()), np.ones(n, dtype=bool)
+    lang = as_array(table.column(lang_column))
+    if pa.types.is_dictionary(lang.type):
+        lang = lang.cast(pa.string())
+    base = pc.replace_substring_regex(pc.utf8_lower(lang), r"[-_].*$", "")
+    unset = np.asarray(pc.fill_null(pc.is_in(base, value_set=pa.array(["", "und"])), True).to_numpy(zero_copy_only=False), dtype=bool)
+    unset |= np.asarray(pc.is_null(base).to_numpy(zero_copy_only=False), dtype=bool)  # is_in gives false, not null, for a null
+    return pc.if_else(pa.array(unset), pa.scalar(default), base), unset
+
+
 def repeated(keys: np.ndarray) -> np.ndarray:
     """Mask of the values of ``keys`` (uint64) equal to an earlier value: every occurrence but the first.
 
