@@ -217,9 +217,7 @@ class C4Clean(Transform):
         kept_lines = line.filter(pa.array(kept)) if nl else line
         kdoc = ldoc[kept]
         counts = np.bincount(kdoc, minlength=n)
-        offsets = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(counts, out=offsets[1:])
-        joined = pc.utf8_trim_whitespace(pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), kept_lines), "\n"))
+        joined = pc.utf8_trim_whitespace(pc.binary_join(ts.regroup(kept_lines, kdoc, n), "\n"))
         if c.min_sentences:
             sent = pc.count_substring_regex(kept_lines, SENTENCE_RE).to_numpy(zero_copy_only=False).astype(np.int64)
             sentences = np.bincount(kdoc, weights=np.maximum(sent, 1), minlength=n).astype(np.int64)
@@ -268,15 +266,7 @@ class C4Clean(Transform):
 
     def _removed_lines(self, raw: pa.Array, ldoc: np.ndarray, reason: np.ndarray, n: int) -> pa.Array:
         """Up to removed_lines_sample removed lines per document, as 'reason: line'."""
-        k = self.config.removed_lines_sample
-        gone = np.flatnonzero(reason >= 0)
-        if len(gone):
-            d = ldoc[gone]
-            first = np.searchsorted(d, d, side="left")
-            gone = gone[(np.arange(len(gone)) - first) < k]
+        gone = ts.first_per_doc(np.flatnonzero(reason >= 0), ldoc, self.config.removed_lines_sample)
         names = pa.array([r + ": " for r in LINE_REASONS]).take(pa.array(reason[gone]))
         vals = pc.binary_join_element_wise(names, raw.take(pa.array(gone)), "")
-        counts = np.bincount(ldoc[gone], minlength=n)
-        offsets = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(counts, out=offsets[1:])
-        return pa.ListArray.from_arrays(pa.array(offsets), vals)
+        return ts.regroup(vals, ldoc[gone], n)

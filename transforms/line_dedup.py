@@ -151,10 +151,7 @@ class LineDedup(Transform):
         out = table
         if lost.any():
             keep = ~drop
-            counts = np.bincount(ln.doc[keep], minlength=n)
-            offsets = np.zeros(n + 1, dtype=np.int32)
-            np.cumsum(counts, out=offsets[1:])
-            joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), ln.lines.filter(pa.array(keep))), "\n")
+            joined = pc.binary_join(ts.regroup(ln.lines.filter(pa.array(keep)), ln.doc[keep], n), "\n")
             new = pc.if_else(pa.array(lost), joined, text)  # documents that lost nothing keep their bytes
             out = table.set_column(table.column_names.index(c.content_column), c.content_column, new)
         if c.removed_lines_sample:
@@ -170,16 +167,8 @@ class LineDedup(Transform):
 
     def _sample(self, ln: _Lines, drop: np.ndarray, n: int) -> pa.Array:
         """Up to removed_lines_sample removed lines per document."""
-        k = self.config.removed_lines_sample
-        idx = np.flatnonzero(drop)
-        if len(idx):
-            d = ln.doc[idx]
-            first = np.searchsorted(d, d, side="left")
-            idx = idx[(np.arange(len(idx)) - first) < k]
-        counts = np.bincount(ln.doc[idx], minlength=n)
-        offsets = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(counts, out=offsets[1:])
-        return pa.ListArray.from_arrays(pa.array(offsets), ln.lines.take(pa.array(idx, pa.int64())))
+        idx = ts.first_per_doc(np.flatnonzero(drop), ln.doc, self.config.removed_lines_sample)
+        return ts.regroup(ln.lines.take(pa.array(idx, pa.int64())), ln.doc[idx], n)
 
     def empty_output_fix(self, reason: str) -> str:
         return "every document consisted of frequent lines: raise max_docs (or min_line_chars)"

@@ -235,6 +235,22 @@ def duplicates(ids: np.ndarray, tokens: Tokens) -> np.ndarray:
     return repeated(key)
 
 
+def regroup(values: pa.Array, doc: np.ndarray, n: int) -> pa.ListArray:
+    """``values`` (in document order, ``doc[i]`` the row of ``values[i]``) as one list per row of ``n``
+    rows: the inverse of flattening a list column (e.g. kept lines back into documents)."""
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(doc, minlength=n), out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), values)
+
+
+def first_per_doc(idx: np.ndarray, doc: np.ndarray, k: int) -> np.ndarray:
+    """The positions of ``idx`` (ascending; ``doc[idx]`` sorted) that are among the first ``k`` of their document."""
+    if not len(idx):
+        return idx
+    d = doc[idx]
+    return idx[(np.arange(len(idx)) - np.searchsorted(d, d, side="left")) < k]
+
+
 def base_lang(table: pa.Table, lang_column: str, default_lang: str) -> tuple[pa.Array, np.ndarray]:
     """Each document's lower-cased base language code (``pt-BR`` and ``zh_Hans`` give ``pt``, ``zh``)
     from ``lang_column``, and the mask of documents that had none (missing column, null, empty or
