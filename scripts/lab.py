@@ -8,7 +8,7 @@ in which ``/tmp`` is the host's own scratch directory and ``/dev/shm`` a private
 records every object before it is made, so ``down`` removes everything even after a crash.
 
 CLI:   scripts/lab.py [--name N] [--subnet CIDR] up [--ray] [--s3] | down | status | exec HOST -- CMD...
-Python (importable with scripts/ on sys.path): ``from lab import Lab`` — see /work/notes/lab_api.md.
+Python (importable with scripts/ on sys.path): ``from lab import Lab`` (docs/lab.md).
 """
 
 from __future__ import annotations
@@ -169,6 +169,12 @@ class Lab:
             return self.state["ips"][host]
         except KeyError:
             raise LabError(f"lab {self.name} has no host {host!r} (hosts: {', '.join(self.hosts)})") from None
+
+    @property
+    def gateway(self) -> str:
+        """The bridge's own address (this machine, as the lab's hosts reach it): e.g. where a control
+        plane that runs in the caller listens."""
+        return str(next(self.subnet.hosts()))
 
     def scratch(self, host: str) -> Path:
         """The host's private directory as seen from outside the lab (inside the host it is /tmp)."""

@@ -345,14 +345,29 @@ def translate(exc: BaseException, what: str, loc: "RemoteLocation") -> BaseExcep
     if _not_found_bucket(exc):
         return StorageError(f"{what}: bucket '{loc.bucket}' does not exist ({loc.uri})", "create it or fix the URI")
     if _no_credentials(exc):
-        return StorageDenied(f"{what}: no S3 credentials found ({_first_line(exc)})",
-                             "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or an instance role)")
+        return StorageDenied(f"{what}: no S3 credentials found ({_first_line(exc)})", _credentials_fix())
     if _denied(exc):
         return StorageDenied(f"{what}: access denied by {_endpoint(loc)} ({_first_line(exc)})",
                              "check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, profile or role) and the bucket policy")
     if isinstance(exc, FileNotFoundError):
         return FileNotFoundError(what)
     return exc
+
+
+def _credentials_fix() -> str:
+    """Where the credentials should come from, here: on a KubeRay pod (KubeRay sets RAY_CLUSTER_NAMESPACE
+    in every Ray container: ray-operator/controllers/ray/common/pod.go) they come from the S3 secret
+    of the cluster's own namespace, which the pipeline mounts as optional: a missing one gives none."""
+    ns = os.environ.get("RAY_CLUSTER_NAMESPACE")
+    if ns:
+        from prepline.stage_params import DEFAULT_S3_SECRET
+
+        return (f"the Ray pods of cluster {os.environ.get('RAY_CLUSTER_NAME', '?')} got none: they take every key of the secret "
+                f"that the pipeline's s3_secret_name names (default {DEFAULT_S3_SECRET}; optional, so a missing secret means no "
+                f"credentials) from their own namespace '{ns}': create it there (kubectl -n {ns} create secret generic "
+                f"{DEFAULT_S3_SECRET} --from-literal=AWS_ACCESS_KEY_ID=... --from-literal=AWS_SECRET_ACCESS_KEY=...), or give "
+                "cluster_json env_from_secrets, or a workload identity")
+    return "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or an instance role)"
 
 
 def _user_mistake(exc: BaseException, loc: "RemoteLocation") -> ConfigError | None:

@@ -51,9 +51,13 @@ class FakePods:
 
     def _resolve_env(self, ns: str, c) -> tuple[dict, str]:
         """(the environment, '') or ({}, the kubelet's error) for the head container in namespace ``ns``."""
-        env_list, env_from = self._head_container(c)
+        return self.container_env(ns, *self._head_container(c))
+
+    def container_env(self, ns: str, env_list: list, env_from: list) -> tuple[dict, str]:
+        """(the environment, '') or ({}, the kubelet's error) of a container with ``env`` and ``envFrom``
+        in a pod of namespace ``ns``: secrets of that namespace only."""
         out: dict[str, str] = {}
-        for src in env_from:
+        for src in env_from or []:
             ref = src.get("secretRef")
             if not ref:
                 continue
@@ -65,7 +69,7 @@ class FakePods:
             for k, v in secret.items():
                 if _ENV_NAME.match(src.get("prefix", "") + k):
                     out[src.get("prefix", "") + k] = v
-        for e in env_list:
+        for e in env_list or []:
             ref = (e.get("valueFrom") or {}).get("secretKeyRef")
             if ref is None:
                 out[e["name"]] = e.get("value", "")

@@ -121,7 +121,14 @@ class FakeKubeRay(FakePods):
     def __init__(self, *, ready_after: int = 2, dashboard_lag: int = 2, job_steps: int = 2, token: str | None = None,
                  forbid: tuple = (), ray_version: str = "2.60.0", fail_first: int = 0, proxy_create: bool = False,
                  cut_short: int | None = 160, pods_forbidden: bool = False, agent_lag: int = 0, secrets: dict | None = None,
-                 kuberay_version: str = "1.7.0"):
+                 kuberay_version: str = "1.7.0", bind: str = "127.0.0.1", realise=None):
+        #: where the fake's HTTP servers listen (the lab binds them to its bridge so that its hosts reach them)
+        self.bind = bind
+        #: lab mode (tests/lab/lab_kuberay.py): an accepted V2 RayCluster is started as real Ray nodes on lab
+        #: hosts by ``realise.create(ns, name, obj, env_of)``; its state is ``ready`` only when
+        #: ``realise.not_ready(ns, name)`` says '' (every node up, the head's dashboard answering) and
+        #: DELETE stops its processes (``realise.delete``). Injected failures (names) are never realised.
+        self.realise = realise
         self.ready_after, self.dashboard_lag, self.job_steps = ready_after, dashboard_lag, job_steps
         self.secrets: dict[tuple[str, str], dict] = dict(secrets or {})
         self.kuberay_version = kuberay_version
@@ -168,8 +175,8 @@ class FakeKubeRay(FakePods):
 
             do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _handle
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._kube = ThreadingHTTPServer(("127.0.0.1", 0), KubeHandler)
+        self._httpd = ThreadingHTTPServer((self.bind, 0), Handler)
+        self._kube = ThreadingHTTPServer((self.bind, 0), KubeHandler)
         for srv in (self._httpd, self._kube):
             srv.daemon_threads = True
             threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
@@ -194,12 +201,12 @@ class FakeKubeRay(FakePods):
     @property
     def url(self) -> str:
         assert self._httpd, "not started"
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        return f"http://{self.bind}:{self._httpd.server_address[1]}"
 
     @property
     def kube_url(self) -> str:
         assert self._kube, "not started"
-        return f"http://127.0.0.1:{self._kube.server_address[1]}"
+        return f"http://{self.bind}:{self._kube.server_address[1]}"
 
     @property
     def head_url(self) -> str:
@@ -314,6 +321,8 @@ class FakeKubeRay(FakePods):
                 return k
         if ns and self._config_error(ns, name):  # a secret the head container needs is missing in its namespace
             return "config"
+        if ns and self.realise is not None and self.realise.unplaced(ns, name):  # lab mode: no free host for a node
+            return "unsched"
         return ""
 
     def _state(self, c: _Cluster, name: str) -> str:
@@ -322,9 +331,16 @@ class FakeKubeRay(FakePods):
         (raycluster_controller.go returns after ValidateRayClusterMetadata fails, with a Warning event only)."""
         if c.polls <= 1 or len(name) > 53:
             return ""
-        if c.polls <= self.ready_after or self._failure(name, ns_of(c)):
+        if self._failure(name, ns_of(c)):
+            return "pending"
+        if self._realised(c):
+            return "pending" if self.realise.not_ready(ns_of(c), name) else "ready"
+        if c.polls <= self.ready_after:
             return "pending"
         return "ready"
+
+    def _realised(self, c: _Cluster) -> bool:
+        return self.realise is not None and c.version == "v2"
 
     def _poll(self, c: _Cluster, name: str) -> str:
         c.polls += 1
@@ -370,6 +386,8 @@ class FakeKubeRay(FakePods):
             c = self.clusters.get((ns, name))
             if c is None or self._state(c, name) != "ready":
                 return f'no endpoints available for service "{name}-head-svc"'
+            if self._realised(c):
+                return self.realise.not_ready(ns, name)
             c.probes_after_ready += 1
             if c.probes_after_ready <= self.dashboard_lag:
                 return "dial tcp 10.0.0.7:8265: connect: connection refused"
@@ -411,6 +429,8 @@ class FakeKubeRay(FakePods):
         c = _Cluster("v2", obj)
         obj["metadata"].update(namespace=ns, uid=str(uuid.uuid4()), resourceVersion="1", generation=1, creationTimestamp=c.created)
         self.clusters[(ns, name)] = c
+        if self._realised(c) and not self._failure(name, ns):
+            self.realise.create(ns, name, copy.deepcopy(obj), functools.partial(self.container_env, ns))
         return _Reply(201, obj)
 
     def _v2_find(self, ns: str, name: str) -> _Cluster:
@@ -426,6 +446,8 @@ class FakeKubeRay(FakePods):
         c = self._v2_find(ns, name)
         del self.clusters[(ns, name)]
         self.ray.drop(ns, name)
+        if self._realised(c):
+            self.realise.delete(ns, name)
         return _Reply(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                             "details": {"name": name, "group": "ray.io", "kind": "rayclusters", "uid": c.obj["metadata"]["uid"]}})
 

@@ -44,16 +44,26 @@ def ray_lab(tag: str, d: Path):
         endpoint = lab.start_s3()
         lab.start_ray("ray-0", ["ray-1", "ray-2"], num_cpus=1, env=Lab.s3_env(endpoint))
         lab.state["figures"] = {"lab_up_with_ray_s": round(time.time() - t0, 1)}
-        subprocess.run([PRE, "sample", "--output", str(d / "raw")], check=True, capture_output=True, env=local_env())
-        subprocess.run([PRE, "run", "doc_id", "--input", str(d / "raw"), "--output", str(d / "in")], check=True,
-                       capture_output=True, env=local_env())
-        s3 = s3_of(endpoint)
-        s3.create_bucket(Bucket="lab")
-        for p in sorted((d / "in").glob("*.parquet")):
-            s3.upload_file(str(p), "lab", f"in/{p.name}")
+        upload_sample(endpoint, d)
         yield lab, endpoint, d
     finally:
         lab.down()
+
+
+def upload_sample(endpoint: str, d: Path) -> None:
+    """The bundled sample with doc ids at d/in (for local reference runs) and at s3://lab/in."""
+    subprocess.run([PRE, "sample", "--output", str(d / "raw")], check=True, capture_output=True, env=local_env())
+    subprocess.run([PRE, "run", "doc_id", "--input", str(d / "raw"), "--output", str(d / "in")], check=True,
+                   capture_output=True, env=local_env())
+    s3 = s3_of(endpoint)
+    s3.create_bucket(Bucket="lab")
+    for p in sorted((d / "in").glob("*.parquet")):
+        s3.upload_file(str(p), "lab", f"in/{p.name}")
+
+
+def local_tree(out: Path) -> dict[str, bytes]:
+    """The Parquet files of a local stage output (the framework's own files left out), as s3_tree gives them."""
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.parquet")) if "_prepline" not in p.parts}
 
 
 def s3_of(endpoint: str):

@@ -1,0 +1,143 @@
+"""The cluster path on real hosts: a stage's simple pipeline (the real KFP components under kfp's
+local runner, on the lab's launcher host, provider ``kuberay``, namespace ``team-a``) creates its
+RayCluster through the strict fake KubeRay API server, which the lab realises as real Ray nodes on
+the ray hosts (tests/lab/lab_kuberay.py: the command, env and secrets a pod would get), submits the
+job to the head service's real job API by its cluster DNS name, and the exit handler deletes the
+cluster. Input and output on the S3 host; the S3 credentials reach the Ray nodes only through the
+secret of the cluster's namespace."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from labkit import HOSTS, PRE, ROOT, Lab, lab_name, local_env, local_tree, require_lab, s3_tree, upload_sample
+
+pytestmark = [pytest.mark.lab, pytest.mark.ray, pytest.mark.slow]
+
+SECRET = "lab-s3"
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory):
+    require_lab()
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests" / "clusters"))
+    from fake_kuberay import FakeKubeRay
+    from lab_kuberay import LabKubeRay
+
+    d = tmp_path_factory.mktemp("labkuberay")
+    lab = Lab(lab_name("kuberay"))
+    realiser = fake = None
+    try:
+        lab.up(HOSTS)
+        endpoint = lab.start_s3()
+        upload_sample(endpoint, d)
+        realiser = LabKubeRay(lab, hosts=("ray-0", "ray-1", "ray-2"))
+        fake = FakeKubeRay(bind=lab.gateway, realise=realiser, dashboard_lag=0,
+                           secrets={("team-a", SECRET): Lab.s3_env(endpoint)}).start()
+        yield lab, endpoint, d, fake, realiser
+    finally:
+        if realiser:
+            realiser.close()
+        if fake:
+            fake.stop()
+        lab.down()
+
+
+def pipeline_on_launcher(lab: Lab, endpoint: str, fake, transform: str, namespace: str, run_id: str, timeout: float = 900,
+                         params: tuple = ()):
+    """``prepline pipeline run <transform> --local`` on the launcher host with provider kuberay: the
+    launcher's own env has the S3 credentials (the step reads metadata.json) and nothing of Ray's."""
+    provider = json.dumps({"server": fake.url, "namespace": namespace})
+    argv = ["prepline", "pipeline", "run", transform, "--local", "--work-root", "/tmp/w", "--input", "s3://lab/in",
+            "--param", "provider=kuberay", "--param", f"provider_json={provider}", "--param", "work_root=s3://lab/stages",
+            "--param", f"s3_secret_name={SECRET}", "--param", f"run_id={run_id}", "--param", "start_timeout_seconds=240"]
+    for p in params:
+        argv += ["--param", p]
+    t0 = time.time()
+    r = lab.run("launcher", argv, env=Lab.s3_env(endpoint), timeout=timeout)
+    return r, time.time() - t0
+
+
+def ray_hosts_idle(lab: Lab) -> dict[str, int]:
+    return {h: len(lab.pids(h)) for h in ("ray-0", "ray-1", "ray-2") if lab.pids(h)}
+
+
+@pytest.mark.parametrize("transform", ["exact_dedup"])
+def test_simple_pipeline_creates_a_real_cluster_runs_on_two_hosts_and_deletes_it(plane, tmp_path, transform):
+    lab, endpoint, d, fake, realiser = plane
+    local = tmp_path / "local"
+    subprocess.run([PRE, "run", transform, "--input", str(d / "in"), "--output", str(local)], check=True,
+                   capture_output=True, env=local_env())
+
+    r, seconds = pipeline_on_launcher(lab, endpoint, fake, transform, "team-a", f"lab-{transform.replace('_', '-')}")
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-6000:], realiser.events)
+
+    created = [c for c in fake.calls("POST", "/rayclusters") if c.status == 201]
+    assert len(created) == 1 and "/namespaces/team-a/" in created[0].path, [c.path for c in created]
+    name = created[0].body["metadata"]["name"]
+    rec = realiser.records[("team-a", name)]
+    print(f"lab kuberay {transform}: {seconds:.0f}s; nodes {rec['nodes']}; tasks per host {rec['tasks']}; jobs {rec['jobs']}")
+    # Ray's own records: the stage's tasks ran on at least two hosts (the default spec: a head and one worker)
+    assert "error" not in rec, rec
+    assert len(rec["nodes"]) == 2 and len([h for h, n in rec["tasks"].items() if n > 0]) >= 2, rec
+    assert [j["status"] for j in rec["jobs"]] == ["SUCCEEDED"], rec
+    # the worker joined through the head service's cluster DNS name, as KubeRay's command says
+    worker = [h for h in rec["commands"] if "--head" not in rec["commands"][h]][0]
+    assert f"--address={name}-head-svc.team-a.svc.cluster.local:6379" in rec["commands"][worker]
+    # the exit handler deleted the cluster: nothing left in the API or on any host
+    assert [c.status for c in fake.calls("DELETE", f"/rayclusters/{name}")] == [200]
+    assert not fake.clusters and not realiser.clusters and not ray_hosts_idle(lab)
+
+    got = s3_tree(endpoint, f"stages/{run_key_dir(endpoint, name)}")
+    assert sorted(got) == sorted(local_tree(local))
+    assert got == local_tree(local), "the cluster run's output differs from the local run's"
+
+
+def run_key_dir(endpoint: str, cluster: str) -> str:
+    """The stage output folder under s3://lab/stages that holds a metadata.json (one run per test)."""
+    from labkit import s3_of
+
+    keys = [o["Key"] for o in s3_of(endpoint).list_objects_v2(Bucket="lab", Prefix="stages/").get("Contents", [])]
+    metas = sorted({k[len("stages/"):-len("/metadata.json")] for k in keys if k.endswith("/metadata.json")})
+    assert len(metas) == 1, metas
+    return metas[0]
+
+
+def test_a_secret_missing_in_the_clusters_namespace_gives_its_pods_no_credentials_and_the_step_says_where(plane):
+    """The S3 secret exists in team-a only. The pipeline mounts it as optional (a cluster may use a
+    workload identity instead), so in team-b the kubelet starts the pods without it, as it would: the
+    secret of another namespace never reaches them. The job fails at its first S3 call, the step says
+    which secret in which namespace, and the exit handler deletes the cluster."""
+    lab, endpoint, d, fake, realiser = plane
+    r, seconds = pipeline_on_launcher(lab, endpoint, fake, "exact_dedup", "team-b", "lab-no-secret", timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert "no S3 credentials found" in out and "own namespace 'team-b'" in out and f"s3_secret_name" in out, out[-4000:]
+    name = [c for c in fake.calls("POST", "/rayclusters") if "/namespaces/team-b/" in c.path][0].body["metadata"]["name"]
+    assert [c.status for c in fake.calls("DELETE", f"/namespaces/team-b/rayclusters/{name}")] == [200]
+    assert not fake.clusters and not realiser.clusters and not ray_hosts_idle(lab)
+    print(f"lab kuberay, no secret in the namespace: failed with the fix in {seconds:.0f}s")
+
+
+def test_a_required_secret_missing_in_the_namespace_keeps_the_head_from_starting_and_the_start_step_says_so(plane):
+    """cluster_json asks for the secret without 'optional': the kubelet refuses to start the container
+    (CreateContainerConfigError), nothing runs on any host, and the start step fails with that reason
+    instead of waiting out its timeout."""
+    lab, endpoint, d, fake, realiser = plane
+    cluster = json.dumps({"env_from_secrets": [{"secret": SECRET}]})
+    realised_before = len([e for e in realiser.events if "head on" in e])
+    r, seconds = pipeline_on_launcher(lab, endpoint, fake, "exact_dedup", "team-b", "lab-required-secret", timeout=600,
+                                      params=(f"cluster_json={cluster}",))
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert 'secret "lab-s3" not found' in out and "CreateContainerConfigError" in out, out[-4000:]
+    assert not fake.clusters and not realiser.clusters and not ray_hosts_idle(lab)
+    assert len([e for e in realiser.events if "head on" in e]) == realised_before, realiser.events
+    assert seconds < 200, f"the start step waited {seconds:.0f}s for a head that cannot start"
+    print(f"lab kuberay, required secret missing: start refused with the reason in {seconds:.0f}s")
