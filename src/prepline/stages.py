@@ -311,13 +311,35 @@ def execute(
     def too_long() -> RunFailed:
         return RunFailed(f"{stage}: job {job_id} ran longer than {timeout:.0f}s and was stopped", "raise the timeout or give the cluster more workers")
 
-    info = jobs.follow(job_id, out, timeout, poll, on_timeout=too_long)
+    try:
+        info = jobs.follow(job_id, out, timeout, poll, on_timeout=too_long)
+    except Unavailable as e:  # the head stopped answering mid-job (its pod or node died, or the network to it)
+        raise head_lost(p, spec, stage, job_id, e) from None
     if info.status != "SUCCEEDED":
         raise job_error(output_path, stage, f"Ray job {job_id} {info.status}: {info.message or 'see the log above'}")
     meta = check_output(output_path, max_failed_files, stage)
     meta["job"] = {"id": job_id, "seconds": round(time.monotonic() - t0, 3)}
     log.info("%s: %s", where, one_line(meta))
     return meta
+
+
+def head_lost(p, spec: ClusterSpec, stage: str, job_id: str, e: PreplineError) -> PreplineError:
+    """The error of a job whose head stopped answering: what the step last got, and what the provider
+    says of the cluster now (its state, and for KubeRay the head pod's conditions)."""
+    from prepline.clusters.base import ClusterError
+
+    try:
+        now = "; " + p.condition(spec.name, spec.namespace)
+    except PreplineError as e2:
+        now = f"; the cluster could not be read either ({e2.message.splitlines()[0][:200]})"
+    ns = f"-n {spec.namespace} " if spec.namespace else ""
+    why = (f"the head's pod or its node is gone (kubectl {ns}describe pod -l ray.io/cluster={spec.name},ray.io/node-type=head "
+           "shows why, e.g. OOMKilled or a node lost)" if hasattr(p, "findings") else "the Ray head process died (e.g. out of memory)")
+    return ClusterError(
+        f"{stage}: the Ray head of cluster {spec.name} stopped answering while job {job_id} ran "
+        f"({e.message.splitlines()[0][:400]}){now}",
+        f"{why}; the exit handler deletes the cluster; rerun the pipeline with the same run_id: the stage resumes from "
+        "the files it completed")
 
 
 def job_error(output_path: str, stage: str, what: str) -> PreplineError:

@@ -35,3 +35,17 @@ def test_any_other_failure_shows_the_end_of_its_log(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "the last lines of the task's log" in out and "ValueError: boom" in out
     assert local_tasks.FAILURES == []
+
+
+def test_an_error_of_any_prepline_module_is_printed_as_error_and_fix(tmp_path, capsys):
+    """The cluster errors live in prepline.clusters.* (a head lost mid-job: ClusterError): before, only
+    prepline.errors.* was recognised and such a task ended in its traceback and kfp's generic FAILURE."""
+    local_tasks.FAILURES.clear()
+    code = ("from prepline.clusters.base import ClusterError; "
+            "raise ClusterError('exact_dedup: the Ray head of cluster c stopped answering', 'rerun: it resumes')")
+    assert local_tasks.run_task(_command(tmp_path, code)) != 0
+    out = capsys.readouterr().out
+    assert "error in task plan-run: exact_dedup: the Ray head of cluster c stopped answering\n  fix: rerun: it resumes" in out
+    (f,) = local_tasks.FAILURES
+    assert (f.kind, f.fix) == ("ClusterError", "rerun: it resumes")
+    local_tasks.FAILURES.clear()

@@ -68,17 +68,18 @@ def ray_hosts_idle(lab: Lab) -> dict[str, int]:
     return {h: len(lab.pids(h)) for h in ("ray-0", "ray-1", "ray-2") if lab.pids(h)}
 
 
-@pytest.mark.parametrize("transform", ["exact_dedup"])
+@pytest.mark.parametrize("transform", ["exact_dedup", "fuzzy_dedup"])
 def test_simple_pipeline_creates_a_real_cluster_runs_on_two_hosts_and_deletes_it(plane, tmp_path, transform):
     lab, endpoint, d, fake, realiser = plane
     local = tmp_path / "local"
     subprocess.run([PRE, "run", transform, "--input", str(d / "in"), "--output", str(local)], check=True,
                    capture_output=True, env=local_env())
 
+    before = len(fake.calls("POST", "/rayclusters"))
     r, seconds = pipeline_on_launcher(lab, endpoint, fake, transform, "team-a", f"lab-{transform.replace('_', '-')}")
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-6000:], realiser.events)
 
-    created = [c for c in fake.calls("POST", "/rayclusters") if c.status == 201]
+    created = [c for c in fake.calls("POST", "/rayclusters")[before:] if c.status == 201]
     assert len(created) == 1 and "/namespaces/team-a/" in created[0].path, [c.path for c in created]
     name = created[0].body["metadata"]["name"]
     rec = realiser.records[("team-a", name)]
@@ -94,19 +95,9 @@ def test_simple_pipeline_creates_a_real_cluster_runs_on_two_hosts_and_deletes_it
     assert [c.status for c in fake.calls("DELETE", f"/rayclusters/{name}")] == [200]
     assert not fake.clusters and not realiser.clusters and not ray_hosts_idle(lab)
 
-    got = s3_tree(endpoint, f"stages/{run_key_dir(endpoint, name)}")
+    got = s3_tree(endpoint, f"stages/lab-{transform.replace('_', '-')}/{transform}")
     assert sorted(got) == sorted(local_tree(local))
     assert got == local_tree(local), "the cluster run's output differs from the local run's"
-
-
-def run_key_dir(endpoint: str, cluster: str) -> str:
-    """The stage output folder under s3://lab/stages that holds a metadata.json (one run per test)."""
-    from labkit import s3_of
-
-    keys = [o["Key"] for o in s3_of(endpoint).list_objects_v2(Bucket="lab", Prefix="stages/").get("Contents", [])]
-    metas = sorted({k[len("stages/"):-len("/metadata.json")] for k in keys if k.endswith("/metadata.json")})
-    assert len(metas) == 1, metas
-    return metas[0]
 
 
 def test_a_secret_missing_in_the_clusters_namespace_gives_its_pods_no_credentials_and_the_step_says_where(plane):
@@ -141,3 +132,60 @@ def test_a_required_secret_missing_in_the_namespace_keeps_the_head_from_starting
     assert len([e for e in realiser.events if "head on" in e]) == realised_before, realiser.events
     assert seconds < 200, f"the start step waited {seconds:.0f}s for a head that cannot start"
     print(f"lab kuberay, required secret missing: start refused with the reason in {seconds:.0f}s")
+
+
+def test_head_host_killed_mid_stage_fails_the_step_the_cluster_is_deleted_and_a_rerun_resumes(plane, tmp_path):
+    """The drill of docs/reliability.md: the head's host vanishes (every process SIGKILLed, its link
+    down: no TCP reset reaches anyone) while exact_dedup runs. The execute step must fail with the
+    reason within 60 s, the exit handler must still delete the cluster, and rerunning the pipeline
+    (same run id: same output folder) must resume to the local run's output. The host comes back
+    (link up, nothing running) before the rerun, as a replaced node would."""
+    import threading
+
+    from labkit import _get
+
+    lab, endpoint, d, fake, realiser = plane
+    local = tmp_path / "local"
+    subprocess.run([PRE, "run", "exact_dedup", "--input", str(d / "in"), "--output", str(local)], check=True,
+                   capture_output=True, env=local_env())
+    result: dict = {}
+
+    def first_run():
+        result["r"], result["seconds"] = pipeline_on_launcher(lab, endpoint, fake, "exact_dedup", "team-a", "lab-head-kill")
+
+    t0 = time.time()
+    runner = threading.Thread(target=first_run)
+    runner.start()
+    head = None
+    while head is None:
+        assert runner.is_alive(), result["r"].stderr[-3000:]
+        assert time.time() - t0 < 400, "no running job"
+        for (ns, name), c in list(realiser.clusters.items()):
+            if ns == "team-a" and c.get("dashboard") and c["ready"]:
+                try:
+                    if any(j.get("status") == "RUNNING" for j in _get(f"{c['dashboard']}/api/jobs/")):
+                        head = c["hosts"][0]
+                except Exception:  # noqa: BLE001 - not serving yet
+                    pass
+        time.sleep(0.3)
+    time.sleep(3)  # let it write some of its output
+    t_kill = time.time()
+    lab.kill_host(head)
+    runner.join(timeout=900)
+    t_end = time.time()
+    r = result["r"]
+    out = r.stdout + r.stderr
+    lab.restore(head)
+    print(f"drill head host killed mid exact_dedup: step failed {t_end - t_kill:.0f}s after the kill; "
+          f"error: {[line for line in out.splitlines() if line.startswith('error')][-1:]}")
+    assert r.returncode != 0, "a run whose head died must not succeed"
+    assert "error: exact_dedup: the Ray head of cluster" in out and "stopped answering while job" in out, out[-5000:]
+    assert "fix: the head's pod or its node is gone" in out and "resumes" in out, out[-5000:]
+    assert t_end - t_kill < 90, f"the pipeline ended {t_end - t_kill:.0f}s after the head died"
+    assert not fake.clusters and not realiser.clusters and not ray_hosts_idle(lab), "the exit handler deletes the cluster"
+
+    r2, seconds = pipeline_on_launcher(lab, endpoint, fake, "exact_dedup", "team-a", "lab-head-kill")
+    assert r2.returncode == 0, (r2.stdout[-3000:], r2.stderr[-4000:])
+    print(f"drill head host killed: rerun succeeded in {seconds:.0f}s")
+    got = s3_tree(endpoint, "stages/lab-head-kill/exact_dedup")
+    assert got == local_tree(local), "documents lost or duplicated after the rerun"

@@ -132,6 +132,13 @@ class ClusterProvider(ABC):
         all there is to do; a provider that runs the head itself starts it again."""
         return self.wait_ready(name, namespace, timeout)
 
+    def condition(self, name: str, namespace: str = "") -> str:
+        """What the provider says of the cluster now, in a few words (for an error message)."""
+        for c in self.list(namespace):
+            if c.name == name:
+                return f"the cluster is now {c.state or 'without a state'}"
+        return "the cluster is gone"
+
     @abstractmethod
     def list(self, namespace: str = "", labels: dict | None = None) -> list[ClusterInfo]:
         """Clusters (with these labels), for the sweep."""

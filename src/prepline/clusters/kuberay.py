@@ -306,6 +306,12 @@ class KubeRayProvider(ClusterProvider):
         obj = self._get_raw(self._ns(namespace), name)
         return self._info_v1(obj) if self.api_version == "v1" else self._info_v2(obj)
 
+    def condition(self, name: str, namespace: str | None = None) -> str:
+        ns = self._ns(namespace)
+        obj = self._get_raw(ns, name)
+        info = self._info_v1(obj) if self.api_version == "v1" else self._info_v2(obj)
+        return "; ".join([f"the cluster is now {info.state or 'without a state'}", *(f.text for f in self.findings(obj, ns, name)[:3])])
+
     def findings(self, obj: dict, ns: str, name: str) -> list:
         """What is wrong with the cluster now: conditions/events, and its pods where they can be read."""
         found = diagnose.from_v1_events(obj) if self.api_version == "v1" else diagnose.from_raycluster(obj)

@@ -90,7 +90,7 @@ class TaskFailure:
 
 #: the failures of the tasks of the run in progress, in order (kfp.local stops at the first)
 FAILURES: list[TaskFailure] = []
-_ERROR_LINE = re.compile(r"^prepline\.errors\.(\w+): (.*)$")
+_ERROR_LINE = re.compile(r"^prepline\.(?:\w+\.)*(\w+): (.*)$")  # an error class of any prepline module
 
 
 def task_error(lines: list[str], path: Path | None) -> TaskFailure | None:
