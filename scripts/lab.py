@@ -438,6 +438,38 @@ class Lab:
         return out
 
 
+def run_pipeline(lab: Lab, a) -> int:
+    """``run``: the pipeline on the lab (its hosts must be up: launcher, ray-0..2, s3)."""
+    sys.path.insert(0, str(ROOT / "tests" / "lab"))
+    import tempfile
+
+    import lab_pipeline
+
+    missing = {"launcher", "ray-0", "ray-1", "ray-2", "s3"} - set(lab.hosts)
+    if missing:
+        raise LabError(f"lab {lab.name} lacks the hosts {sorted(missing)}: run `scripts/lab.py --name {lab.name} up` first")
+    with tempfile.TemporaryDirectory(prefix="lab-input-") as tmp:
+        src = Path(a.input) if a.input else Path(tmp) / "sample"
+        if not a.input:
+            subprocess.run([str(ROOT / ".venv" / "bin" / "prepline"), "sample", "--docs", str(a.sample_docs), "--output", str(src)],
+                           check=True, capture_output=True)
+        tag = f"{Path(a.pipeline).stem.replace('_', '-')}-{int(time.time())}"
+        trainers = a.trainer_hosts if a.trainer_hosts >= 0 else (2 if {"trainer-0", "trainer-1"} <= set(lab.hosts) else 0)
+        missing = {f"trainer-{i}" for i in range(trainers)} - set(lab.hosts)
+        if missing:
+            raise LabError(f"--trainer-hosts {trainers}: the lab lacks {sorted(missing)}")
+        out = lab_pipeline.run(lab, a.pipeline, src, tag, a.param, Path(a.compare).resolve() if a.compare else None,
+                               trainer_hosts=trainers)
+    out.pop("tail", None)
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1))
+    print(json.dumps({k: v for k, v in out.items() if k != "stages"}, indent=1))
+    bad = lab_pipeline.problems(out)
+    for b in bad:
+        print(f"problem: {b}", file=sys.stderr)
+    return 1 if bad else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/lab.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--name", default="lab", help="lab name, 1-8 of a-z0-9 (several labs may coexist)")
@@ -447,6 +479,16 @@ def main(argv=None) -> int:
     u.add_argument("--hosts", default=",".join(DEFAULT_HOSTS))
     u.add_argument("--s3", action="store_true", help="start the S3 server on host s3")
     u.add_argument("--ray", action="store_true", help="start Ray: head on ray-0, workers on ray-1, ray-2")
+    r = sub.add_parser("run", help="run a pipeline on the lab's hosts through its KubeRay control plane (tests/lab/lab_pipeline.py)")
+    r.add_argument("pipeline", help="a pipeline name (e.g. super, exact_dedup) or a spec file")
+    r.add_argument("--input", default=None, help="input folder on this machine (default: the bundled sample)")
+    r.add_argument("--sample-docs", type=int, default=1000, help="size of the sample when --input is not given (default 1000)")
+    r.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a pipeline parameter, as prepline pipeline run takes it")
+    r.add_argument("--compare", default="", metavar="DIR", help="also run it locally with its work folder here and compare every stage's files")
+    r.add_argument("--json", default="", help="write the outcome (clusters, hosts, tasks per host, comparison) here")
+    r.add_argument("--trainer-hosts", type=int, default=-1,
+                   help="the fine-tune as a TrainJob of this many nodes on hosts trainer-0.. (default: 2 when the lab has "
+                        "trainer-0 and trainer-1, else 0: train_mode local, in the launcher)")
     sub.add_parser("down", help="remove everything the lab made")
     sub.add_parser("status", help="hosts, addresses, processes, services")
     e = sub.add_parser("exec", help="run a command on a host: exec HOST -- CMD ...")
@@ -462,6 +504,8 @@ def main(argv=None) -> int:
             if a.ray:
                 lab.start_ray()
             print(json.dumps(lab.status(), indent=1))
+        elif a.cmd == "run":
+            return run_pipeline(lab, a)
         elif a.cmd == "down":
             lab.down()
         elif a.cmd == "status":

@@ -242,3 +242,19 @@ class LabKubeRay:
                     rec["tasks"][h] = rec["tasks"].get(h, 0) + 1
         except Exception as e:  # noqa: BLE001 - recorded, the test decides
             rec["error"] = repr(e)
+
+
+def trainer_spawn(lab: Lab, job: dict, namespace: str = "team-a", prefix: str = "trainer-"):
+    """The spawn function (prepline.train.nodes) that runs node i of a TrainJob on host ``trainer-i``,
+    each pod's name and its service name (also fully qualified in ``namespace``) resolving to its host
+    through the lab's /etc/hosts, as the JobSet's headless service would."""
+    from prepline.train.nodes import host_spawn
+    from prepline.train.realise import realise_trainjob
+
+    nodes = realise_trainjob(job)
+    placement = {n.pod: f"{prefix}{n.index}" for n in nodes}
+    for n in nodes:
+        lab.add_alias(n.pod, placement[n.pod])
+        lab.add_alias(n.dns_name, placement[n.pod])
+        lab.add_alias(f"{n.dns_name}.{namespace}.svc.cluster.local", placement[n.pod])
+    return host_spawn(lab.popen, placement)

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "lab"))
 sys.path.insert(0, str(ROOT / "tests" / "train"))
 
+from lab_kuberay import trainer_spawn  # noqa: E402
 from labkit import Lab, lab_name, require_lab  # noqa: E402
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -44,8 +45,7 @@ def test_two_trainer_hosts_train_data_parallel_and_a_killed_host_resumes_from_s3
 
     from prepline.data_access import open_location, s3_client
     from prepline.train.checkpoints import list_checkpoints
-    from prepline.train.nodes import host_spawn, local_spawn
-    from prepline.train.realise import realise_trainjob
+    from prepline.train.nodes import local_spawn
 
     lab, endpoint = trainer_lab
     s3_client().create_bucket(Bucket="lab")
@@ -54,13 +54,7 @@ def test_two_trainer_hosts_train_data_parallel_and_a_killed_host_resumes_from_s3
 
     def on_hosts(job: dict) -> object:
         """Place node i on trainer-i; the pods' names and their service names resolve to their hosts."""
-        nodes = realise_trainjob(job)
-        placement = {n.pod: f"trainer-{n.index}" for n in nodes}
-        for n in nodes:
-            lab.add_alias(n.pod, placement[n.pod])
-            lab.add_alias(n.dns_name, placement[n.pod])
-            lab.add_alias(f"{n.dns_name}.team-a.svc.cluster.local", placement[n.pod])
-        return host_spawn(lab.popen, placement)
+        return trainer_spawn(lab, job)
 
     # one node (this machine, as the local mode would) and two nodes on the two trainer hosts
     one, two = "s3://lab/ft-1", "s3://lab/ft-2"

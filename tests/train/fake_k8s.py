@@ -261,8 +261,9 @@ class _Job:
 class FakeK8s:
     """``with FakeK8s() as k8s: ...``; ``k8s.kubeconfig(tmp_path)`` writes a kubeconfig for it."""
 
-    def __init__(self, mode: str = "script", token: str | None = None, pod_env: dict | None = None):
+    def __init__(self, mode: str = "script", token: str | None = None, pod_env: dict | None = None, bind: str = "127.0.0.1"):
         self.mode = mode
+        self.bind = bind  # where it listens (the lab: its bridge address, so that the launcher host reaches it)
         self.token = token
         self.behaviour: dict = {"result": "complete", "polls": 2, "log": "training...\ndone\n"}
         self.cluster_runtimes = {"torch-distributed": copy.deepcopy(torch_distributed_runtime())}
@@ -279,7 +280,7 @@ class FakeK8s:
         self.log_dir: Path | None = None  # mode 'nodes': where the node logs go
         self.results: dict = {}  # mode 'nodes': trainjob name -> prepline.train.nodes.JobResult
         self._lock = threading.RLock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = ThreadingHTTPServer((bind, 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._stop = threading.Event()
@@ -288,7 +289,7 @@ class FakeK8s:
     # lifecycle
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://{self.bind}:{self._server.server_address[1]}"
 
     def __enter__(self) -> "FakeK8s":
         self._thread.start()
