@@ -170,6 +170,14 @@ class Lab:
         except KeyError:
             raise LabError(f"lab {self.name} has no host {host!r} (hosts: {', '.join(self.hosts)})") from None
 
+    def shared_dir(self, what: str) -> Path:
+        """A directory every host of the lab sees at the same path (outside /tmp, which each host has
+        its own of), removed by ``down``: e.g. files that configure the hosts' processes."""
+        d = STATE_DIR / f"{self.name}-{what}"
+        self._intend("dirs", str(d))
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
     @property
     def gateway(self) -> str:
         """The bridge's own address (this machine, as the lab's hosts reach it): e.g. where a control

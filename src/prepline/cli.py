@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 from prepline import __version__, logs
 from prepline.config import ParamInfo
-from prepline.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, PreplineError, RunFailed, Terminated, exit_code, user_message
+from prepline.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, ConfigError, PreplineError, RunFailed, Terminated, exit_code, user_message
 
 
 def _console(stderr: bool = False):
@@ -609,7 +609,12 @@ def exit_program(code: int) -> NoReturn:
     143: :func:`prepline.runtime.local.tasks_running_in_threads`). Then the process leaves at once,
     after flushing its output and logs; its pool processes exit when they see their parent gone."""
     local = sys.modules.get("prepline.runtime.local")  # not imported: no task ran in this process
-    if local is not None and local.tasks_running_in_threads():
+    ray = sys.modules.get("ray")
+    # stopped by a signal: any native thread (an I/O or Arrow pool thread, not only a task) may still be
+    # inside C++ code that Python's shutdown would unwind ("FATAL: exception not rethrown", exit -6; seen
+    # under load in the fault suite's sigterm_driver); not when this process runs a local Ray (its shutdown)
+    stopped = code in (EXIT_TERMINATED, EXIT_INTERRUPTED) and not (ray is not None and getattr(ray, "is_initialized", lambda: False)())
+    if local is not None and (stopped or local.tasks_running_in_threads()):
         import logging
 
         logging.shutdown()

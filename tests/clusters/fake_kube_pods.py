@@ -106,6 +106,9 @@ class FakePods:
             cs["state"] = {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "does-not-exist:1.0"'}}
         elif f == "config":
             cs["state"] = {"waiting": {"reason": "CreateContainerConfigError", "message": self._config_error(ns, name)}}
+        elif f == "crash":
+            cs.update(restartCount=3, state={"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}},
+                      lastState={"terminated": {"reason": "Error", "exitCode": 1}})
         elif f == "oom":
             cs.update(restartCount=3, state={"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}},
                       lastState={"terminated": {"reason": "OOMKilled", "exitCode": 137}})

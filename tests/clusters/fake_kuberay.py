@@ -127,7 +127,9 @@ class FakeKubeRay(FakePods):
         #: lab mode (tests/lab/lab_kuberay.py): an accepted V2 RayCluster is started as real Ray nodes on lab
         #: hosts by ``realise.create(ns, name, obj, env_of)``; its state is ``ready`` only when
         #: ``realise.not_ready(ns, name)`` says '' (every node up, the head's dashboard answering) and
-        #: DELETE stops its processes (``realise.delete``). Injected failures (names) are never realised.
+        #: DELETE stops its processes (``realise.delete``); ``realise.failure(ns, name)`` may say "unsched"
+        #: (no free host), "broken" (an image the lab does not have) or "crash" (a node's process exited:
+        #: CrashLoopBackOff, its last state Error). Injected failures (names) are never realised.
         self.realise = realise
         self.ready_after, self.dashboard_lag, self.job_steps = ready_after, dashboard_lag, job_steps
         self.secrets: dict[tuple[str, str], dict] = dict(secrets or {})
@@ -321,8 +323,8 @@ class FakeKubeRay(FakePods):
                 return k
         if ns and self._config_error(ns, name):  # a secret the head container needs is missing in its namespace
             return "config"
-        if ns and self.realise is not None and self.realise.unplaced(ns, name):  # lab mode: no free host for a node
-            return "unsched"
+        if ns and self.realise is not None:  # lab mode: no free host for a node ("unsched"), an image it lacks ("broken")
+            return self.realise.failure(ns, name)
         return ""
 
     def _state(self, c: _Cluster, name: str) -> str:
@@ -369,7 +371,7 @@ class FakeKubeRay(FakePods):
         if f == "config":
             return [{"type": "HeadPodReady", "status": "False", "reason": "CreateContainerConfigError",
                      "message": f"containers with unready status: [ray-head]; ray-head: {self._config_error(ns_of(c), name)}"}]
-        if f == "oom":
+        if f in ("oom", "crash"):
             return [{"type": "HeadPodReady", "status": "False", "reason": "CrashLoopBackOff",
                      "message": "containers with unready status: [ray-head]; ray-head: back-off 40s restarting failed container=ray-head"}]
         if f == "quota":

@@ -49,3 +49,28 @@ def test_an_error_of_any_prepline_module_is_printed_as_error_and_fix(tmp_path, c
     (f,) = local_tasks.FAILURES
     assert (f.kind, f.fix) == ("ClusterError", "rerun: it resumes")
     local_tasks.FAILURES.clear()
+
+
+def test_a_task_runs_with_the_variables_given_for_its_image(tmp_path, monkeypatch, capsys):
+    """PREPLINE_TASK_ENV_BY_IMAGE (the lab's per-image package sets): by the image's name, any registry
+    and tag; an image the file does not name is refused rather than run with an undeclared set."""
+    (tmp_path / "by_image.json").write_text(json.dumps({"prepline-launcher": {"PL_SEEN": "launcher"}}))
+    monkeypatch.setenv(local_tasks.ENV_TASK_ENV_BY_IMAGE, str(tmp_path / "by_image.json"))
+    assert local_tasks.image_env("registry.example:5000/team/prepline-launcher:1.2") == {"PL_SEEN": "launcher"}
+    # the image a pipeline parameter: kfp.local leaves the placeholder, the executor input has the value
+    local_tasks._TASK.image = "{{$.inputs.parameters['pipelinechannel--launcher_image']}}"
+    try:
+        code = "import os, sys; sys.exit(0 if os.environ.get('PL_SEEN') == 'launcher' else 3)"
+        cmd = _command(tmp_path, code)
+        executor_input = json.loads(cmd[-1])
+        executor_input["inputs"] = {"parameterValues": {"pipelinechannel--launcher_image": "ghcr.io/prepline/prepline-launcher:0.1.0"}}
+        cmd[-1] = json.dumps(executor_input)
+        assert local_tasks.run_task(cmd) == 0
+    finally:
+        local_tasks._TASK.image = ""
+    import pytest
+
+    with pytest.raises(RuntimeError, match="no environment for image ghcr.io/prepline/prepline-trainer"):
+        local_tasks.image_env("ghcr.io/prepline/prepline-trainer:0.1.0")
+    monkeypatch.delenv(local_tasks.ENV_TASK_ENV_BY_IMAGE)
+    assert local_tasks.image_env("ghcr.io/prepline/prepline-trainer:0.1.0") == {}

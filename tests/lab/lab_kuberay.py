@@ -26,7 +26,10 @@ pod's address by a UDP "connect" towards the internet, which fails there, so eve
 ``--node-ip-address=<its host's address>`` (the address Ray would have found in the pod).
 
 Each node gets a host of its own (a pod per node); a cluster with more nodes than free hosts stays
-pending and its pods say Unschedulable, as on a cluster without room. ``not_ready`` is '' only when
+pending and its pods say Unschedulable, as on a cluster without room. With ``images`` (the lab's
+run), each node runs with only the package set of its container's image importable
+(tests/runtime_images/image_sets.py); an image the lab does not have never starts (ErrImagePull),
+and a node whose process exits makes the head pod CrashLoopBackOff. ``not_ready`` is '' only when
 every node of the cluster is ALIVE in the head's own records and the dashboard answers, which is
 KubeRay's ``ready`` (all pods running and ready). ``delete`` first keeps Ray's own record of where
 each job's tasks ran (``records``: the lab's stand-in for a log collector: the cluster's state dies
@@ -101,8 +104,11 @@ def start_flags(params: dict, head: bool, fqdn: str, head_port: str, resources: 
 class LabKubeRay:
     """Realises accepted RayClusters on the lab hosts ``hosts`` (one node per host)."""
 
-    def __init__(self, lab: Lab, hosts=("ray-0", "ray-1", "ray-2"), probe_interval: float = 0.5):
+    def __init__(self, lab: Lab, hosts=("ray-0", "ray-1", "ray-2"), probe_interval: float = 0.5, images=None):
         self.lab, self.free = lab, list(hosts)
+        #: image reference -> the env that gives a process only that image's packages, or None when the lab
+        #: does not have the image (its pods never start: ErrImagePull); None here: every image is the .venv
+        self.images = images
         self.probe_interval = probe_interval
         self.lock = threading.RLock()
         self.clusters: dict[tuple[str, str], dict] = {}
@@ -119,14 +125,24 @@ class LabKubeRay:
             if not g.get("suspend"):
                 groups.append((g, False, int(g.get("replicas", 1) if g.get("replicas") is not None else g.get("minReplicas", 0))))
         need = sum(n for _, _, n in groups)
-        c = {"ns": ns, "name": name, "hosts": [], "unplaced": "", "deleted": False, "ready": False, "why": "pods are starting",
+        c = {"ns": ns, "name": name, "hosts": [], "failure": "", "deleted": False, "ready": False, "why": "pods are starting",
              "need": need, "procs": []}
+        image_env = {}
+        for group, _, _ in groups:
+            for ct in group["template"]["spec"]["containers"][:1]:
+                env = self.images(ct.get("image", "")) if self.images else {}
+                if env is None:
+                    c.update(failure="broken", why=f"image {ct.get('image')} is not one of the lab's images")
+                image_env[id(group)] = env or {}
         with self.lock:
             self.clusters[(ns, name)] = c
+            if c["failure"]:
+                self.events.append(f"{ns}/{name}: not started ({c['why']})")
+                return
             if need > len(self.free):
-                c["unplaced"] = f"0/{len(self.free)} free lab hosts for {need} Ray nodes"
+                c["failure"] = "unsched"
                 c["why"] = f'no endpoints available for service "{name}-head-svc"'
-                self.events.append(f"{ns}/{name}: unschedulable ({c['unplaced']})")
+                self.events.append(f"{ns}/{name}: unschedulable (0/{len(self.free)} free lab hosts for {need} Ray nodes)")
                 return
             hosts = [self.free.pop(0) for _ in range(need)]
             c["hosts"] = hosts
@@ -144,7 +160,7 @@ class LabKubeRay:
                 i += 1
                 flags = start_flags(group.get("rayStartParams") or {}, is_head, fqdn, head_port, ct.get("resources") or {})
                 argv = ["ray", "start", *flags, f"--node-ip-address={self.lab.ip(host)}"]
-                pod_env = {**env, "RAY_CLUSTER_NAME": name, "RAY_CLUSTER_NAMESPACE": ns, "RAY_PORT": head_port,
+                pod_env = {**image_env[id(group)], **env, "RAY_CLUSTER_NAME": name, "RAY_CLUSTER_NAMESPACE": ns, "RAY_PORT": head_port,
                            "RAY_ADDRESS": f"127.0.0.1:{head_port}" if is_head else f"{fqdn}:{head_port}",
                            "RAY_USAGE_STATS_KUBERAY_IN_USE": "1", "KUBERAY_GEN_RAY_START_CMD": shlex.join(argv[:-1])}
                 if not is_head:
@@ -161,9 +177,10 @@ class LabKubeRay:
             return f'no endpoints available for service "{name}-head-svc"'
         return "" if c["ready"] else c["why"]
 
-    def unplaced(self, ns: str, name: str) -> str:
+    def failure(self, ns: str, name: str) -> str:
+        """'unsched' (more nodes than free hosts), 'broken' (a container image the lab does not have), or ''."""
         c = self.clusters.get((ns, name))
-        return c["unplaced"] if c else ""
+        return (c.get("failure") or "") if c else ""
 
     def delete(self, ns: str, name: str) -> None:
         with self.lock:
@@ -212,8 +229,9 @@ class LabKubeRay:
                 c["ready"] = False
                 c["why"] = f"dial tcp {self.lab.ip(head[0])}:{DASHBOARD_PORT}: {type(e).__name__}"
             for p in c["procs"]:
-                if p.poll() is not None and not c["deleted"]:
+                if p.poll() is not None and not c["deleted"]:  # the container exited: the kubelet restarts it, in vain
                     c["ready"] = False
+                    c["failure"] = "crash"
                     c["why"] = f"a Ray node of {c['name']} exited with {p.returncode} (see pod.log on its host)"
             time.sleep(self.probe_interval)
 

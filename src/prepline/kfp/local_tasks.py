@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import subprocess
+import threading
 import warnings
 from collections import deque
 from pathlib import Path
@@ -43,9 +44,46 @@ def task_log_path(full_command: list[str]) -> Path | None:
     return Path(out).parent / TASK_LOG
 
 
+#: a JSON file {image name: {VAR: value}}: each task runs with the variables given for the name of its
+#: image (the part after the registry, without the tag), e.g. the lab's per-image package sets (docs/lab.md)
+ENV_TASK_ENV_BY_IMAGE = "PREPLINE_TASK_ENV_BY_IMAGE"
+#: the image of the task kfp.local runs now in this thread (set around SubprocessTaskHandler.run)
+_TASK = threading.local()
+
+
+def image_env(image: str) -> dict[str, str]:
+    """The variables ``PREPLINE_TASK_ENV_BY_IMAGE`` gives a task of ``image`` ({} without the setting).
+    An image the file does not name is refused: the task would run with a package set nobody declared."""
+    path = os.environ.get(ENV_TASK_ENV_BY_IMAGE)
+    if not path or not image:
+        return {}
+    by_name = json.loads(Path(path).read_text())
+    name = image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
+    if name not in by_name:
+        raise RuntimeError(f"{ENV_TASK_ENV_BY_IMAGE}={path} gives no environment for image {image} (names: {sorted(by_name)})")
+    return dict(by_name[name])
+
+
+_PLACEHOLDER = re.compile(r"^\{\{\$\.inputs\.parameters\['([^']+)'\]\}\}$")
+
+
+def task_image(image: str, full_command: list[str]) -> str:
+    """The task's image; a pipeline parameter (``{{$.inputs.parameters['pipelinechannel--launcher_image']}}``,
+    which kfp.local leaves unresolved) is read from the task's executor input, which carries it."""
+    m = _PLACEHOLDER.match(image or "")
+    if not m:
+        return image
+    try:
+        i = full_command.index("--executor_input")
+        return str(json.loads(full_command[i + 1])["inputs"]["parameterValues"][m.group(1)])
+    except (ValueError, IndexError, KeyError, TypeError, json.JSONDecodeError):
+        return image
+
+
 def run_task(full_command: list[str], env_vars: dict[str, str] | None = None, verbose: bool = False) -> int:
     """Run one task's command like kfp.local does; its lines to task.log, prepline's to the screen."""
-    env = {**os.environ, **env_vars} if env_vars else None
+    extra = {**image_env(task_image(getattr(_TASK, "image", ""), full_command)), **(env_vars or {})}
+    env = {**os.environ, **extra} if extra else None
     path = task_log_path(full_command)
     say = builtins.print  # kfp.local indents task output by replacing print while a task runs
     tail: deque[str] = deque(maxlen=TAIL_LINES)
@@ -130,7 +168,17 @@ def task_output(verbose: bool = False) -> Iterator[None]:
     def run_local_subprocess(full_command, env_vars=None):
         return run_task(list(full_command), env_vars, verbose)
 
+    original_run = handler.SubprocessTaskHandler.run
+
+    def run_with_image(self):  # kfp/local/subprocess_task_handler.py: the handler knows its task's image
+        _TASK.image = getattr(self, "image", "") or ""
+        try:
+            return original_run(self)
+        finally:
+            _TASK.image = ""
+
     handler.run_local_subprocess = run_local_subprocess
+    handler.SubprocessTaskHandler.run = run_with_image
     FAILURES.clear()
     with warnings.catch_warnings():
         if not verbose:
@@ -144,5 +192,6 @@ def task_output(verbose: bool = False) -> Iterator[None]:
             yield
         finally:
             handler.run_local_subprocess, logging_utils.print_horizontal_line = original, rule
+            handler.SubprocessTaskHandler.run = original_run
             builtins.print = real_print
             logging.getLogger().removeFilter(hide)

@@ -33,6 +33,7 @@ class _ImageOnly:
     def find_spec(self, name, path=None, target=None):
         if path is not None or "." in name:
             return importlib.machinery.PathFinder.find_spec(name, path, target)
+        namespace = None
         for entry in list(sys.path):
             spec = importlib.machinery.PathFinder.find_spec(name, [entry or os.getcwd()], target)
             if spec is None:
@@ -40,11 +41,16 @@ class _ImageOnly:
             origin = spec.origin if spec.origin not in (None, "namespace") else next(iter(spec.submodule_search_locations or []), "")
             top = _site_top(origin) if origin else None
             if top is None or top in self.allowed or top.startswith("__editable__"):
+                if spec.loader is None or spec.origin in (None, "namespace"):
+                    # a folder without __init__ (e.g. Ray's session folder /tmp/ray in the current directory):
+                    # as the path finder does, a regular module later on the path wins over a namespace portion
+                    namespace = namespace or spec
+                    continue
                 return spec
             if _LOG:
                 with open(_LOG + ".hidden", "a") as f:
                     f.write(f"{name}\t{origin}\n")
-        return None
+        return namespace
 
     def invalidate_caches(self):
         importlib.machinery.PathFinder.invalidate_caches()
