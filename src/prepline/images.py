@@ -87,6 +87,12 @@ TRAINER_IMAGE = DEFAULT.trainer
 DEPLOY_IMAGES = "deploy/images"
 
 
+def image_name(ref: str) -> str:
+    """The name of an image reference without registry, tag or digest
+    (``ghcr.io/prepline/prepline-ray:0.1.0`` -> ``prepline-ray``)."""
+    return ref.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
+
+
 def deploy_kustomization(s: ImageSet = DEFAULT) -> str:
     """deploy/images/kustomization.yaml for ``s``: kustomize's ``images:`` with ``newName`` (the
     registry) and ``newTag``, for every runtime image that deploy/'s manifests name by its default."""

@@ -360,7 +360,7 @@ def _credentials_fix() -> str:
     of the cluster's own namespace, which the pipeline mounts as optional: a missing one gives none."""
     ns = os.environ.get("RAY_CLUSTER_NAMESPACE")
     if ns:
-        from prepline.stage_params import DEFAULT_S3_SECRET
+        from prepline.s3_credentials import DEFAULT_S3_SECRET
 
         return (f"the Ray pods of cluster {os.environ.get('RAY_CLUSTER_NAME', '?')} got none: they take every key of the secret "
                 f"that the pipeline's s3_secret_name names (default {DEFAULT_S3_SECRET}; optional, so a missing secret means no "

@@ -25,6 +25,10 @@ from pathlib import Path
 
 from prepline.errors import ConfigError
 
+#: S3 credentials reach the component pods (and, optionally, the Ray pods) from this Kubernetes secret
+#: (the pipelines' ``s3_secret_name`` parameter)
+DEFAULT_S3_SECRET = "prepline-s3"
+
 log = logging.getLogger("prepline")
 
 DEFAULT_PATH = "/etc/prepline/s3"

@@ -26,8 +26,7 @@ DEFAULT_KUBERAY_SERVER = "http://kuberay-apiserver-service.ray-system.svc.cluste
 DEFAULT_PROVIDER_JSON = json.dumps({"server": DEFAULT_KUBERAY_SERVER})
 #: fine-tuning in the fine_tune step's own pod (the trainer image has torch); 'cluster' = a TrainJob
 DEFAULT_TRAIN_MODE = "local"
-#: S3 credentials reach the component pods from this Kubernetes secret (a pipeline parameter)
-DEFAULT_S3_SECRET = "prepline-s3"
+from prepline.s3_credentials import DEFAULT_S3_SECRET  # noqa: E402 (the secret of s3_secret_name; its home: the S3 credentials)
 #: the bearer token for the KFP API reaches the chained pipeline's run_pipeline steps from this secret
 DEFAULT_KFP_SECRET = "prepline-kfp"
 

@@ -87,5 +87,5 @@ def image_vars(kind: str, folder: Path) -> dict[str, str]:
 
 def kind_of(image: str) -> str | None:
     """'launcher' / 'ray' / 'trainer' for a prepline image reference (any registry and tag), else None."""
-    name = image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
+    name = images.image_name(image)
     return next((k for k, n in images.NAMES.items() if n == name), None)

@@ -58,7 +58,9 @@ def image_env(image: str) -> dict[str, str]:
     if not path or not image:
         return {}
     by_name = json.loads(Path(path).read_text())
-    name = image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
+    from prepline.images import image_name
+
+    name = image_name(image)
     if name not in by_name:
         raise RuntimeError(f"{ENV_TASK_ENV_BY_IMAGE}={path} gives no environment for image {image} (names: {sorted(by_name)})")
     return dict(by_name[name])
