@@ -42,7 +42,7 @@ def cmd_pipeline(argv: list[str]) -> int:
     c.add_argument("--output", default=".", help="folder of <name>.yaml and <name>_chained.yaml (default: .)")
     c.add_argument("--elyra", default="", help="also write <name>.pipeline here (nodes from the catalog in elyra_templates/components)")
     r = sub.add_parser("run", help="run a pipeline")
-    r.add_argument("name", help="a transform, 'super', or a pipeline spec file (.yaml)")
+    r.add_argument("name", help="a transform, 'super', a pipeline spec file (.yaml), or a compiled pipeline as uploaded to KFP (compiled/pipelines/NAME.yaml)")
     r.add_argument("--local", action="store_true", required=True, help="run on this machine with kfp.local (the only mode here; use `prepline kfp run` for a KFP server)")
     r.add_argument("--input", default=None, help="input folder or file (default: build the bundled sample)")
     r.add_argument("--work-root", default="runs/pipeline", help="where stage outputs go (default: runs/pipeline)")
@@ -163,7 +163,11 @@ def _run(a) -> int:
     from prepline.tables import print_run_counts, print_task_times
 
     pipeline, name = None, target.name
-    if _is_spec(a.name):
+    if target.compiled:  # the compiled YAML as given (what a user uploads to KFP), not this code's pipeline
+        from kfp import components
+
+        pipeline = components.load_component_from_file(target.compiled)
+    elif _is_spec(a.name):
         from prepline.pipelines.factory import spec_pipeline
 
         pipeline = spec_pipeline(target.spec)

@@ -29,11 +29,13 @@ PROBE_RECORDS = 100
 
 @dataclass(frozen=True)
 class Target:
-    """A pipeline to run: its name, kind ('stage', 'spec' or 'chained') and spec (None for a stage)."""
+    """A pipeline to run: its name, kind ('stage', 'spec' or 'chained') and spec (None for a stage);
+    ``compiled``: the compiled KFP YAML it was given as (None: built from prepline's own code)."""
 
     name: str
     kind: str
     spec: Any = None
+    compiled: str | None = None
 
     def params(self) -> list[str]:
         """The pipeline's parameters, as its compiled interface has them."""
@@ -49,12 +51,36 @@ def is_spec_file(name: str) -> bool:
     return name.endswith((".yaml", ".yml")) or Path(name).is_file()
 
 
+def compiled_docs(path: str) -> list[dict] | None:
+    """The YAML documents of ``path`` when it is a compiled KFP pipeline (the compiler's output, as
+    under compiled/pipelines: ``pipelineInfo`` and ``deploymentSpec``); None for anything else."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        return None
+    try:
+        docs = [d for d in yaml.safe_load_all(p.read_text(encoding="utf-8")) if d is not None]
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return None
+    if docs and isinstance(docs[0], dict) and "pipelineInfo" in docs[0] and "deploymentSpec" in docs[0]:
+        return docs
+    return None
+
+
 def resolve(name: str) -> Target:
     """The pipeline ``name`` stands for; an unknown name fails naming the close ones."""
     from prepline import registry
     from prepline.pipelines import spec as specs
 
     if is_spec_file(name):
+        docs = compiled_docs(name)
+        if docs is not None:
+            t = kfp_target(docs)
+            if t is None:
+                raise ConfigError(f"{name} is a compiled KFP pipeline but not one of prepline's (no plan step, no transform's name)",
+                                  "run it with kfp (prepline kfp run), or give the pipeline spec it was compiled from")
+            return Target(t.name, t.kind, t.spec, compiled=name)
         spec = specs.load(Path(name))
         return Target(spec.name, "spec", spec)
     known = {n: Target(n, "stage") for n in registry.names()}

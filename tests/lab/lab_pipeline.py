@@ -104,7 +104,9 @@ def compare(lab_files: dict[str, bytes], local_files: dict[str, bytes]) -> dict[
 def run(lab: Lab, pipeline: str, input_dir: Path, tag: str, params: list[str] = (), compare_local: Path | None = None,
         say=print, timeout: float = 3600, trainer_hosts: int = 0) -> dict:
     """Run ``pipeline`` in the lab on ``input_dir`` (uploaded to s3://lab/<tag>-input, work folder
-    s3://lab/<tag>-stages); returns the
+    s3://lab/<tag>-stages): a shipped pipeline's compiled YAML (compiled/pipelines/<name>.yaml, as
+    uploaded to KFP), else the pipeline or spec file given; the local comparison runs the pipeline by
+    name, from the code, as scripts/main.sh does. Returns the
     outcome: exit code, seconds, per-cluster hosts and tasks per host (Ray's records), and with
     ``compare_local`` (a work folder) the local run's comparison. With ``trainer_hosts`` N, the
     fine-tune runs as a TrainJob of N nodes (``train_mode=cluster``) that the Kubernetes API stand-in
@@ -135,7 +137,9 @@ def run(lab: Lab, pipeline: str, input_dir: Path, tag: str, params: list[str] = 
     realiser = LabKubeRay(lab, hosts=RAY_HOSTS, images=ray_pod_image)
     fake = FakeKubeRay(bind=lab.gateway, realise=realiser, dashboard_lag=0, secrets={(NAMESPACE, SECRET): Lab.s3_env(endpoint)}).start()
     provider = json.dumps({"server": fake.url, "namespace": NAMESPACE})
-    argv = ["prepline", "pipeline", "run", pipeline, "--local", "--work-root", "/tmp/w", "--input", f"s3://lab/{tag}-input",
+    # what a user uploads: a shipped pipeline runs from its compiled YAML, unchanged (parameters only)
+    compiled = ROOT / "compiled" / "pipelines" / f"{pipeline}.yaml"
+    argv = ["prepline", "pipeline", "run", str(compiled) if compiled.is_file() else pipeline, "--local", "--work-root", "/tmp/w", "--input", f"s3://lab/{tag}-input",
             "--param", "provider=kuberay", "--param", f"provider_json={provider}", "--param", f"work_root=s3://lab/{tag}-stages",
             "--param", "start_timeout_seconds=300"]
     k8s = None
@@ -174,7 +178,7 @@ def run(lab: Lab, pipeline: str, input_dir: Path, tag: str, params: list[str] = 
     for (ns, name), rec in realiser.records.items():
         clusters[name] = {"namespace": ns, "hosts": sorted(rec["nodes"]), "tasks_per_host": rec["tasks"],
                           "jobs": [j["status"] for j in rec["jobs"]], **({"error": rec["error"]} if "error" in rec else {})}
-    out = {"pipeline": pipeline, "exit_code": code, "seconds": round(seconds, 1), "clusters": clusters,
+    out = {"pipeline": pipeline, "ran": argv[3], "exit_code": code, "seconds": round(seconds, 1), "clusters": clusters,
            "created": len([c for c in fake.calls("POST", "/rayclusters") if c.status == 201]),
            "deleted": len([c for c in fake.calls("DELETE") if c.status == 200]),
            "left_on_hosts": {h: len(lab.pids(h)) for h in (*RAY_HOSTS, *(f"trainer-{i}" for i in range(trainer_hosts))) if lab.pids(h)},

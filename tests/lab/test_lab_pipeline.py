@@ -1,4 +1,4 @@
-"""The super pipeline on the lab's hosts (docs/lab.md): every stage's RayCluster created through the
+"""The super pipeline on the lab's hosts (docs/lab.md), run from its compiled YAML (compiled/pipelines/super.yaml, what users upload, parameters only): every stage's RayCluster created through the
 KubeRay control plane and realised on the ray hosts, the job on at least two of them (Ray's own task
 records), every cluster deleted by its exit handler, nothing left on any host, and every stage's
 output files (Parquet, Megatron tokens) byte-identical to a local run of the same pipeline on the
@@ -39,6 +39,7 @@ def test_super_pipeline_through_the_control_plane_matches_the_local_run(tmp_path
         print(f"  {folder}: {s['files']} files, identical: {s['bytes_identical']}")
     print(f"  TrainJobs {out['trainjobs']}; fine-tune {out['fine_tune']}")
     assert out["exit_code"] == 0, out["tail"]
+    assert out["ran"].endswith("compiled/pipelines/super.yaml"), out["ran"]  # the YAML users upload, unchanged
     assert not lab_pipeline.problems(out), (lab_pipeline.problems(out), out.get("local", {}).get("tail"))
     folders = set(out["stages"])
     for stage in ("doc_id", "exact_dedup", "fuzzy_dedup", "lang_id"):

@@ -169,3 +169,37 @@ def test_the_plan_step_checks_the_text_column_too(tmp_path):
     assert "--param text_column=text" in e.value.fix and not (tmp_path / "w").exists()
     path, _ = plan_step(specs.shipped().to_json(), text_column="text", **args)
     assert Path(path).exists()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_compiled_pipeline_file_is_the_pipeline_it_was_compiled_from():
+    """`prepline pipeline run compiled/pipelines/NAME.yaml` runs the YAML users upload: the preflight
+    knows which pipeline it is (a stage's by its name, a spec's by its plan step) and checks it the same."""
+    stage = pf.resolve(str(ROOT / "compiled" / "pipelines" / "exact_dedup.yaml"))
+    assert (stage.name, stage.kind) == ("exact_dedup", "stage") and stage.compiled.endswith("exact_dedup.yaml")
+    sup = pf.resolve(str(ROOT / "compiled" / "pipelines" / "super.yaml"))
+    assert (sup.name, sup.kind) == ("super", "spec") and sup.spec.name == "super"
+    chained = pf.resolve(str(ROOT / "compiled" / "pipelines" / "super_chained.yaml"))
+    assert chained.kind == "chained"
+    with pytest.raises(ConfigError) as e:
+        pf.check_values(sup, {"no_such_param": 1})
+    assert "no_such_param" in e.value.message
+    # a compiled component is not a pipeline of prepline's
+    with pytest.raises(ConfigError) as e:
+        pf.resolve(str(ROOT / "compiled" / "components" / "fine_tune.yaml"))
+    assert "not one of prepline's" in e.value.message and "kfp run" in e.value.fix
+
+
+def test_a_compiled_pipeline_file_runs_locally_unchanged(tmp_path):
+    """The compiled doc_id pipeline under kfp's local runner, from the file: the same output as the
+    pipeline run by name (the compiled file is the code's, compiled: tests/pipelines/test_compiled.py)."""
+    outs = {}
+    for how, name in (("file", str(ROOT / "compiled" / "pipelines" / "doc_id.yaml")), ("name", "doc_id")):
+        work = tmp_path / how
+        p = subprocess.run([sys.executable, "-m", "prepline.cli", "pipeline", "run", name, "--local", "--work-root", str(work),
+                            "--sample-docs", "200", "--param", "run_id=same"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        outs[how] = {str(f.relative_to(work / "stages")): f.read_bytes() for f in sorted((work / "stages").rglob("*.parquet"))}
+    assert outs["file"] and outs["file"] == outs["name"]
