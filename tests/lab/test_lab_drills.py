@@ -1,6 +1,6 @@
 """Fault drills in the lab (docs/reliability.md, "Lab drills"): a Ray worker host dies (every
-process SIGKILLed, its link down) while exact_dedup runs on the 3-host cluster; the S3 host is cut
-off for 20 s, and for good. Allowed outcomes:
+process SIGKILLed, its link down) while exact_dedup, then fuzzy_dedup, runs on the 3-host cluster;
+a worker host's wall clock is 10 minutes ahead; the S3 host is cut off for 20 s, and for good. Allowed outcomes:
 the job finishes on the surviving hosts with the local run's output, or it fails with a clear
 error and a rerun into the same output resumes to the local run's output. Never a success with
 documents lost or duplicated."""
@@ -37,23 +37,45 @@ def running_job(lab: Lab, deadline: float) -> tuple[str, str]:
 
 def tasks_on(lab: Lab, job_id: str, host: str) -> int:
     dash = lab.state["ray"]["dashboard"]
-    node = {n["node_ip"]: n["node_id"] for n in lab.ray_nodes()}.get(lab.ip(host))
+    nodes = {n["node_id"] for n in lab.ray_nodes() if n["node_ip"] == lab.ip(host)}  # (a host that came back: two nodes)
     tasks = _get(f"{dash}/api/v0/tasks?limit=10000&filter_keys=job_id&filter_predicates=%3D&filter_values={job_id}"
                  )["data"]["result"]["result"]
-    return sum(1 for t in tasks if t.get("node_id") == node and t.get("type") != "DRIVER_TASK")
+    return sum(1 for t in tasks if t.get("node_id") in nodes and t.get("type") != "DRIVER_TASK")
 
 
-def test_worker_host_killed_mid_exact_dedup(cluster, tmp_path):
-    lab, endpoint, d = cluster
+def ensure_worker(lab: Lab, endpoint: str, host: str = "ray-2", clock_offset_s: int = 0) -> None:
+    """``host`` a live Ray worker of the cluster again (a killed host comes back as a new node; with
+    ``clock_offset_s``, a node whose wall clock is that far from the others')."""
+    alive = {n["node_ip"] for n in lab.ray_nodes() if n.get("state") == "ALIVE"}
+    if lab.ip(host) in alive and not clock_offset_s:
+        return
+    if lab.ip(host) in alive:
+        lab.stop_host(host)
+        deadline = time.time() + 180  # the head sees it go (at once when it left cleanly; else after missed health checks)
+        while lab.ip(host) in {n["node_ip"] for n in lab.ray_nodes() if n.get("state") == "ALIVE"}:
+            assert time.time() < deadline, f"{host} still alive after ray stop"
+            time.sleep(0.5)
+    lab.join_ray(host, env=Lab.s3_env(endpoint), clock_offset_s=clock_offset_s)
+
+
+def local_reference(d, tmp_path, transform: str) -> dict[str, bytes]:
     local = tmp_path / "local"
-    subprocess.run([PRE, "run", "exact_dedup", "--input", str(d / "in"), "--output", str(local)], check=True,
+    subprocess.run([PRE, "run", transform, "--input", str(d / "in"), "--output", str(local)], check=True,
                    capture_output=True, env=local_env())
-    want = {str(p.relative_to(local)): p.read_bytes() for p in sorted(local.rglob("*.parquet")) if "_prepline" not in p.parts}
+    return {str(p.relative_to(local)): p.read_bytes() for p in sorted(local.rglob("*.parquet")) if "_prepline" not in p.parts}
+
+
+@pytest.mark.parametrize("transform", ["exact_dedup", "fuzzy_dedup"])
+def test_worker_host_killed_mid_stage(cluster, tmp_path, transform):
+    lab, endpoint, d = cluster
+    ensure_worker(lab, endpoint, "ray-2")  # (the previous drill killed it)
+    want = local_reference(d, tmp_path, transform)
+    out_prefix = f"drill-{transform}"
 
     log = open(tmp_path / "job.log", "w")
     t0 = time.time()
-    proc = lab.popen("launcher", ["python", str(ROOT / "tests" / "lab" / "submit_stage.py"), "http://ray-0:8265", "exact_dedup",
-                                  "s3://lab/in", "s3://lab/drill", "3"], env=Lab.s3_env(endpoint),
+    proc = lab.popen("launcher", ["python", str(ROOT / "tests" / "lab" / "submit_stage.py"), "http://ray-0:8265", transform,
+                                  "s3://lab/in", f"s3://lab/{out_prefix}", "3"], env=Lab.s3_env(endpoint),
                      stdout=subprocess.PIPE, stderr=log, text=True)
     try:
         deadline = time.time() + 300
@@ -62,6 +84,7 @@ def test_worker_host_killed_mid_exact_dedup(cluster, tmp_path):
             assert proc.poll() is None, "the job ended before ray-2 had a task: no drill"
             assert time.time() < deadline, "ray-2 never got a task"
             time.sleep(0.2)
+        killed = {n["node_id"] for n in lab.ray_nodes() if n["node_ip"] == lab.ip("ray-2") and n.get("state") == "ALIVE"}
         t_kill = time.time()
         lab.kill_host("ray-2")
         out, _ = proc.communicate(timeout=900)
@@ -74,23 +97,49 @@ def test_worker_host_killed_mid_exact_dedup(cluster, tmp_path):
     result = json.loads(out.strip().splitlines()[-1])
     outcome = {"killed_after_s": round(t_kill - t0, 1), "job_end_after_kill_s": round(t_end - t_kill, 1),
                "status": result["status"], "message": result["message"][:300]}
+    outcome["retried"] = [line.strip()[:200] for line in (tmp_path / "job.log").read_text().splitlines() if "running it again" in line]
     if result["status"] == "SUCCEEDED":
-        got = s3_tree(endpoint, "drill")
+        got = s3_tree(endpoint, out_prefix)
         outcome["rerun"] = None
     else:
         # a clear error, then a rerun on the surviving hosts into the same output resumes
         assert result["message"], "a failed job says why"
-        rerun, seconds = run_on_lab(lab, endpoint, "exact_dedup", "drill")
+        rerun, seconds = run_on_lab(lab, endpoint, transform, out_prefix)
         outcome["rerun"] = {"status": rerun["status"], "seconds": round(seconds, 1),
                             "resumed": (rerun["meta"] or {}).get("resume")}
-        got = s3_tree(endpoint, "drill")
+        got = s3_tree(endpoint, out_prefix)
     deadline = time.time() + 300  # Ray marks a vanished node dead after missed health checks (~60 s)
-    while lab.ip("ray-2") not in {n["node_ip"] for n in lab.ray_nodes() if n.get("state") == "DEAD"}:
+    while not killed <= {n["node_id"] for n in lab.ray_nodes() if n.get("state") == "DEAD"}:
         assert time.time() < deadline, "Ray's records do not show the killed host dead"
         time.sleep(1)
-    print(f"drill ray worker host killed mid exact_dedup: {json.dumps(outcome)}")
+    print(f"drill ray worker host killed mid {transform}: {json.dumps(outcome)}")
     assert sorted(got) == sorted(want)
     assert got == want, "documents lost or duplicated"
+
+
+def test_worker_host_with_its_clock_apart(cluster, tmp_path):
+    """ray-2's wall clock 10 minutes ahead of the other hosts' (every process of the node, through
+    libfaketime; inside the 15 minutes S3 allows a request's signature, which moto does not check),
+    and, as on every lab host, its own /tmp: exact_dedup (whose S3 lease ages by the store's clock)
+    and fuzzy_dedup run with tasks on ray-2 and give the local run's output."""
+    lab, endpoint, d = cluster
+    offset = 600
+    ensure_worker(lab, endpoint, "ray-2", clock_offset_s=offset)
+    from lab import faketime_env
+
+    seen = lab.run("ray-2", ["python", "-c", "import time; print(time.time())"], env=faketime_env(offset), check=True)
+    skew = float(seen.stdout.strip()) - time.time()
+    assert abs(skew - offset) < 30, f"ray-2's clock is {skew:.0f}s off, not {offset}s: no drill"
+    outcome = {"clock_offset_s": round(skew)}
+    for transform in ("exact_dedup", "fuzzy_dedup"):
+        want = local_reference(d, tmp_path / transform, transform)
+        result, seconds = run_on_lab(lab, endpoint, transform, f"clock-{transform}")
+        job_id = _get(f"{lab.state['ray']['dashboard']}/api/jobs/{result['submission_id']}")["job_id"]
+        on_skewed = tasks_on(lab, job_id, "ray-2")
+        outcome[transform] = {"status": result["status"], "seconds": round(seconds, 1), "tasks_on_ray_2": on_skewed}
+        assert on_skewed > 0, f"{transform}: no task ran on the host whose clock is apart: no drill"
+        assert s3_tree(endpoint, f"clock-{transform}") == want, f"{transform}: documents lost or duplicated"
+    print(f"drill worker host clock apart: {json.dumps(outcome)}")
 
 
 def _submit_and_wait_running(lab: Lab, endpoint: str, out: str, log_path):
