@@ -7,7 +7,7 @@ field is one text: n-grams do not run from one field or row into the next.
 
 Text is normalised the same way on both sides: lower case, numbers (``3.14``, ``1,000``) become
 ``0``, accents removed (NFD, combining marks dropped), punctuation, symbols and control characters
-become spaces, white space collapsed. Tokens are then the words between spaces
+become spaces. Tokens are then the words between white space
 (``unit=words``) or every character except white space (``unit=characters``; a pipeline's ``ja``
 and ``zh`` branches get it by default). An n-gram is ``n`` consecutive tokens (default 13).
 
@@ -82,12 +82,13 @@ def _format(path: str) -> str | None:
 
 
 def normalise(arr: pa.Array) -> pa.Array:
-    """Lower case, numbers to 0, accents removed, punctuation/symbols/controls to spaces, white space collapsed."""
+    """Lower case, numbers to 0, accents removed, each punctuation mark, symbol or control character
+    a space (runs of white space are one separator to the split that follows: collapsing them with a
+    regular expression took 2/3 of the stage's time, 2026-12-06)."""
     s = pc.utf8_lower(pc.fill_null(arr, ""))
     s = pc.replace_substring_regex(s, r"\p{Nd}+(?:[.,\x{060C}\x{066B}\x{2396}-\x{2398}]\p{Nd}+)?", "0")
     s = pc.replace_substring_regex(pc.utf8_normalize(s, "NFD"), r"\p{Mn}+", "")
-    s = pc.replace_substring_regex(s, r"[\p{P}\p{S}\p{Cc}\s]+", " ")
-    return pc.utf8_trim_whitespace(s)
+    return pc.replace_substring_regex(s, r"[\p{P}\p{S}\p{Cc}]", " ")
 
 
 def tokens(arr: pa.Array, unit: str) -> pa.ListArray:
@@ -95,16 +96,15 @@ def tokens(arr: pa.Array, unit: str) -> pa.ListArray:
     s = normalise(arr)
     if unit == "characters":
         s = pc.replace_substring_regex(pc.replace_substring_regex(s, r"\s+", ""), "(.)", r"\1 ")
-        s = pc.utf8_rtrim_whitespace(s)
     out = pc.utf8_split_whitespace(s)
-    # "" splits into [""]: an empty text has no token
-    lens = pc.list_value_length(out).to_numpy(zero_copy_only=False)
-    empty = pc.equal(pc.utf8_length(s), 0).to_numpy(zero_copy_only=False)
-    if empty.any():
-        lens = np.where(empty, 0, lens)
-        flat = out.flatten().filter(pa.array(np.repeat(~empty, pc.list_value_length(out).to_numpy(zero_copy_only=False))))
-        offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
-        out = pa.ListArray.from_arrays(pa.array(offsets), flat)
+    # white space at either end (and an empty text) splits into "" tokens: dropped
+    flat = out.flatten()
+    keep = pc.greater(pc.binary_length(flat), 0)
+    if len(flat) and not pc.all(keep).as_py():
+        parent = pc.list_parent_indices(out).to_numpy()
+        offsets = np.zeros(len(out) + 1, dtype=np.int32)
+        np.cumsum(np.bincount(parent[keep.to_numpy(zero_copy_only=False)], minlength=len(out)), out=offsets[1:])
+        out = pa.ListArray.from_arrays(pa.array(offsets), flat.filter(keep))
     return out
 
 

@@ -55,6 +55,9 @@ STAGES = [
                                      "banned_words": ["porn", "casino"], "soft_banned_words": ["free", "cheap", "pills"],
                                      "action": "remove"}, ("datatrove",)),
     PeerStage("decontaminate", "corpus", {"eval_sets": ["bench=<eval_jsonl>:text"], "action": "remove"}, ("datatrove",)),
+    # corpus-level line removal on the corpus without its planted exact copies (after exact_dedup, as in the
+    # super pipeline); datatrove's SentenceDedup on lines keeps a line's first copy: lines removed compared, not decisions
+    PeerStage("line_dedup", "nodups", {}, ("datatrove",)),
 ]
 #: the domains url_filter's lists block in the peer corpus (web_inputs)
 BLOCKED_DOMAINS = ("spam-farm.com", "link-mill.net", "ads.example.org")
@@ -182,6 +185,10 @@ def _accuracy(stage: str, tool: str, truth: Path, src: Path, out: Path, ref: dic
                 "only_prepline_kept": len(ref.get("kept", set()) - kept), "only_peer_kept": len(kept - ref.get("kept", set()))}
     if stage == "c4_clean":
         return score.c4_agreement(src, out, "contents" if tool == "prepline" else "text", ref)
+    if stage == "line_dedup":
+        kept = score.read_columns(out, ["id", "contents" if tool == "prepline" else "text"])
+        return {"docs_out": len(kept), "lines_removed": score.nonblank_lines(score.read_columns(src, ["contents"]).column(0))
+                - score.nonblank_lines(kept.column(1))}
     return {"docs_out": len(score.read_columns(out, ["id"]))}
 
 
@@ -202,6 +209,8 @@ def _note(stage: str, acc: dict) -> str:
     if stage == "c4_clean" and "agreement" in acc:
         return (f"{acc['docs_out']:,} docs out; keep/remove agreement with prepline {acc['agreement']:.4f}, "
                 f"same text {acc['same_text']:,}/{acc['both_kept']:,}")
+    if stage == "line_dedup" and "lines_removed" in acc:
+        return f"{acc['docs_out']:,} docs out, {acc['lines_removed']:,} lines removed"
     if "agreement" in acc:
         return (f"{acc['docs_out']:,} docs out, decisions agree {acc['agreement']:.4f} (kept only by prepline "
                 f"{acc['only_prepline_kept']}, only by the peer {acc['only_peer_kept']})")

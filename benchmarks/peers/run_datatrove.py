@@ -16,6 +16,7 @@ default needs the network:
 * doc_quality: ``GopherQualityFilter`` + ``GopherRepetitionFilter`` (datatrove filters where
   prepline and DPK annotate; C4's bad-word list would be downloaded);
 * url_filter, decontaminate: see their functions (no integrated lists, no lighteval).
+* line_dedup: ``SentenceDedup`` on lines (see its function).
 * c4_clean: ``C4QualityFilter`` on its defaults (English: its sentence counts come from spaCy's
   sentencizer, no model download); ``C4BadWordsFilter`` is not run (its lists are downloaded),
   nor are prepline's bad words (``filter_bad_words`` false on prepline's side).
@@ -187,7 +188,23 @@ def decontaminate(src: str, dst: str, assets: dict) -> None:
     _run([([_reader(src), NGramsDecontFilter(index_folder=index, config=cfg, language=words), _writer(dst)], _files(src), WORKERS)], dst)
 
 
-STAGES = {f.__name__: f for f in (exact_dedup, fuzzy_dedup, lang_id, doc_quality, c4_clean, filter, tokenization, url_filter, decontaminate)}
+def line_dedup(src: str, dst: str, assets: dict) -> None:
+    """``SentenceDedup`` at its closest to line_dedup: spans of one line (``split_sentences=False``,
+    ``n_sentences=1``), every copy of a recurring line but the first removed (C4's rule, where
+    line_dedup removes all copies of a line in more than ``max_docs`` documents: not the same
+    decisions, so only lines removed are compared); no minimum of words or sentences left (those
+    are doc_quality's job in prepline), a document left empty goes."""
+    from datatrove.pipeline.dedup.sentence_dedup import SentDedupConfig, SentenceDedupFilter, SentenceDedupSignature, SentenceFindDedups
+
+    cfg = SentDedupConfig(n_sentences=1, split_sentences=False, min_doc_words=0, min_num_sentences=0)
+    work, f, words = os.path.join(dst, "_work"), _files(src), WhitespaceWords("en")
+    _run([([_reader(src), SentenceDedupSignature(output_folder=f"{work}/sigs", config=cfg, language=words)], f, WORKERS),
+          ([SentenceFindDedups(data_folder=f"{work}/sigs", output_folder=f"{work}/dups", config=cfg)], 1, 1),
+          ([_reader(src), SentenceDedupFilter(data_folder=f"{work}/dups", config=cfg, language=words), _writer(dst)], f, WORKERS)], dst)
+
+
+STAGES = {f.__name__: f for f in (exact_dedup, fuzzy_dedup, lang_id, doc_quality, c4_clean, filter, tokenization, url_filter, decontaminate,
+                                  line_dedup)}
 
 if __name__ == "__main__":
     stage, src, dst, assets = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(open(sys.argv[4]).read())

@@ -116,3 +116,9 @@ def c4_agreement(src: Path, out: Path, text_column: str, ref: dict) -> dict:
     both = [i for i in kept if i in mine]
     return {"docs_out": len(kept), "agreement": agree / max(len(ids), 1), "both_kept": len(both),
             "same_text": sum(mine[i] == kept[i] for i in both)}
+
+
+def nonblank_lines(texts: pa.ChunkedArray | pa.Array) -> int:
+    """Lines with something besides white space, over all texts (split at "\\n", as line_dedup counts)."""
+    lines = pc.list_flatten(pc.split_pattern(texts, "\n"))
+    return int(pc.sum(pc.invert(pc.match_substring_regex(lines, r"^\s*$"))).as_py() or 0)

@@ -161,39 +161,68 @@ def top_ngram(ids: np.ndarray, tokens: Tokens, n: int) -> tuple[np.ndarray, np.n
     """The most frequent n-gram of each document: (occurrences, characters of one occurrence).
 
     ``ids`` identify tokens (equal tokens, equal ids). Ties go to the longer n-gram. Occurrences
-    are counted at every position (overlaps included). Documents with fewer than ``n`` tokens
-    get (0, 0). N-grams are told apart by a 32-bit hash within each document, so two different
+    are counted at every position (overlaps included). Documents where no n-gram occurs twice
+    (those with fewer than ``n`` tokens among them) get (0, 0). N-grams are told apart by a 32-bit hash within each document, so two different
     n-grams of one document are merged with probability about (#n-grams)^2 / 2^33, and one
     occurrence's length is capped at 1023 characters.
     """
     return top_ngrams(ids, tokens, (n,))[n]
 
 
-def _rolling(ids: np.ndarray, tokens: Tokens, ns: tuple[int, ...]):
-    """For each n of ``ns`` in ascending order: ``(n, h, valid)``, where ``h[i]`` is the polynomial
-    rolling hash (uint64, unmixed) of the n tokens starting at position i (i < total - n + 1) and
-    ``valid`` marks the starts whose n-gram stays inside one document; ``h`` is None when no
-    n-gram fits. One hash is extended from n to n + 1, so several n cost one pass each."""
+def _shared(keys: np.ndarray) -> np.ndarray:
+    """Mask of the values of ``keys`` (uint64, already mixed) that occur at least twice. Most
+    n-grams of a text occur once, so only the values that share a bucket of a table of >= 4n
+    buckets with another (np.bincount, linear) are sorted."""
+    n = len(keys)
+    out = np.zeros(n, dtype=bool)
+    if n < 2:
+        return out
+    size = 1 << min(max(int(4 * n - 1).bit_length(), 10), 26)
+    bucket = (keys & np.uint64(size - 1)).astype(np.intp)
+    cand = np.flatnonzero(np.bincount(bucket, minlength=size)[bucket] > 1)
+    if len(cand) < 2:
+        return out
+    sub = keys[cand]
+    order = np.argsort(sub)
+    s = sub[order]
+    eq = s[1:] == s[:-1]
+    both = np.zeros(len(s), dtype=bool)
+    both[1:] |= eq
+    both[:-1] |= eq
+    out[cand[order[both]]] = True
+    return out
+
+
+def _recurring_ngrams(ids: np.ndarray, tokens: Tokens, ns: tuple[int, ...]):
+    """For each n of ``ns`` in ascending order: ``(n, pos, keys)``, the start positions (ascending)
+    of the n-grams that occur at least twice in their document and their 64-bit keys (a polynomial
+    hash of the n token ids, mixed with the document; equal n-grams of one document, equal keys).
+
+    An n-gram that recurs has a recurring (n-1)-gram at the same start, so each n only looks at the
+    positions kept for the n before it, extending their hash by one token: on text, where few long
+    n-grams repeat, the larger n cost almost nothing. (Up to 64-bit hash collisions, the same
+    positions as hashing every n-gram of every document.)"""
     total = len(ids)
     ends = np.repeat(tokens.starts[1:], tokens.counts)
-    pos = np.arange(total)
     u = ids.astype(np.uint64) + np.uint64(1)
+    pos = np.arange(total)
     h = u.copy()
-    done = 1
+    k = 1  # h holds the hash of the k tokens starting at pos
     for n in sorted(ns):
-        m = total - n + 1
-        if m <= 0:
-            yield n, None, None
-            continue
         with np.errstate(over="ignore"):
-            while done < n:
-                h = h[: total - done] * _MUL + u[done:]
-                done += 1
-        yield n, h[:m], (pos[:m] + n) <= ends[:m]
+            while k < n:
+                inside = pos + k < ends[pos]
+                pos, h = pos[inside], h[inside]
+                h = h * _MUL + u[pos + k]
+                k += 1
+            keys = _mix(h ^ (tokens.doc[pos].astype(np.uint64) * _M2))
+        keep = _shared(keys)
+        pos, h, keys = pos[keep], h[keep], keys[keep]
+        yield n, pos, keys
 
 
 def top_ngrams(ids: np.ndarray, tokens: Tokens, ns: tuple[int, ...]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """:func:`top_ngram` for several ``n`` at once (the rolling hash and offsets are shared)."""
+    """:func:`top_ngram` for several ``n`` at once (the hashes of the shorter n-grams are extended)."""
     n_docs = tokens.n_docs
     if n_docs >= MAX_DOCS_PER_CALL:
         raise ValueError(f"top_ngram handles at most {MAX_DOCS_PER_CALL - 1} documents per call")
@@ -201,22 +230,21 @@ def top_ngrams(ids: np.ndarray, tokens: Tokens, ns: tuple[int, ...]) -> dict[int
     out = {}
     cs = np.zeros(total + 1, dtype=np.int64)
     np.cumsum(tokens.lengths, out=cs[1:])
-    docbits = tokens.doc.astype(np.uint64) << _DOC_SHIFT
-    for n, h, valid in _rolling(ids, tokens, ns):
+    for n, pos, keys in _recurring_ngrams(ids, tokens, ns):
         count = np.zeros(n_docs, dtype=np.int64)
         chars = np.zeros(n_docs, dtype=np.int64)
         out[n] = (count, chars)
-        if h is None or not valid.any():
+        if not len(pos):
             continue
-        m = len(h)
-        with np.errstate(over="ignore"):
-            hm = _mix(h)
-        glen = np.minimum(cs[n : n + m] - cs[:m], 1023).astype(np.uint64)
-        key = docbits[:m] | ((hm >> np.uint64(32)) << _HASH_SHIFT) | glen
-        key = np.sort(key[valid])
+        glen = np.minimum(cs[pos + n] - cs[pos], 1023).astype(np.uint64)
+        key = (tokens.doc[pos].astype(np.uint64) << _DOC_SHIFT) | ((keys >> np.uint64(32)) << _HASH_SHIFT) | glen
+        key = np.sort(key)
         first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
         runs = np.diff(np.r_[first, len(key)])
-        rkey = key[first]
+        twice = runs >= 2  # (a 32-bit hash and the length: two n-grams told apart by the 64-bit key can meet here)
+        rkey, runs = key[first[twice]], runs[twice]
+        if not len(rkey):
+            continue
         rdoc = (rkey >> _DOC_SHIFT).astype(np.int64)
         score = runs.astype(np.int64) * 1024 + (rkey & _LEN_MASK).astype(np.int64)
         dstart = np.flatnonzero(np.r_[True, rdoc[1:] != rdoc[:-1]])
@@ -274,10 +302,11 @@ def repeated(keys: np.ndarray) -> np.ndarray:
     Most n-grams of a text occur once, so the sort that finds first occurrences is run only on the
     candidates: values whose (mixed) hash shares a bucket of a table of >= 4n buckets with another
     value (np.bincount, linear); a stable argsort of the candidates then marks every occurrence
-    after the first of each value. On 20,000 sample documents doc_quality's duplicate n-gram
-    measures took 1.7 s instead of 3.3 s with a sort of every value (np.unique), and the stage
-    ran at 4,200-5,200 instead of 3,300-3,700 documents per CPU-second (2026-12-06, profile and
-    alternating runs on one machine). Arrow's hash-based dictionary_encode was slower than either."""
+    after the first of each value (doc_quality's duplicate lines and paragraphs; its n-gram measures
+    use :func:`_recurring_ngrams`, the same bucket filter). On 20,000 sample documents the duplicate
+    n-gram measures took 1.7 s this way instead of 3.3 s with a sort of every value (np.unique)
+    (2026-12-06, profile and alternating runs on one machine). Arrow's hash-based
+    dictionary_encode was slower than either."""
     n = len(keys)
     out = np.zeros(n, dtype=bool)
     if n < 2:
@@ -310,25 +339,23 @@ def dup_ngram_chars(ids: np.ndarray, tokens: Tokens, ns: tuple[int, ...]) -> dic
     n_docs = tokens.n_docs
     total = len(ids)
     out: dict[int, np.ndarray] = {}
-    pos = np.arange(total)
-    for n, h, ok in _rolling(ids, tokens, ns):
+    allpos = np.arange(total)
+    for n, pos, keys in _recurring_ngrams(ids, tokens, ns):
         res = np.zeros(n_docs, dtype=np.int64)
         out[n] = res
-        if h is None:
+        if not len(pos):
             continue
-        valid = np.flatnonzero(ok)
-        if not len(valid):
-            continue
-        with np.errstate(over="ignore"):
-            hm = _mix(h ^ (tokens.doc[: len(h)].astype(np.uint64) * _M2))
-        rep = repeated(hm[valid])
+        order = np.argsort(keys, kind="stable")  # (pos ascending: stable keeps each n-gram's occurrences in order)
+        s = keys[order]
+        later = np.zeros(len(s), dtype=bool)
+        later[1:] = s[1:] == s[:-1]
         mark = np.zeros(total + 1, dtype=np.int64)
-        mark[valid[rep]] = 1
+        mark[pos[order[later]]] = 1
         cs = np.zeros(total + 1, dtype=np.int64)
         np.cumsum(mark[:total], out=cs[1:])
         # token i is covered when a repeated occurrence starts in [i - n + 1, i] (such a start is
         # always in i's document: an n-gram never crosses a document boundary)
-        lo = np.maximum(pos - n + 1, 0)
-        covered = (cs[pos + 1] - cs[lo]) > 0
+        lo = np.maximum(allpos - n + 1, 0)
+        covered = (cs[allpos + 1] - cs[lo]) > 0
         res[:] = np.bincount(tokens.doc[covered], weights=tokens.lengths[covered], minlength=n_docs).astype(np.int64)
     return out
