@@ -42,9 +42,9 @@ def test_super_pipeline_through_the_control_plane_matches_the_local_run(tmp_path
     assert out["ran"].endswith("compiled/pipelines/super.yaml"), out["ran"]  # the YAML users upload, unchanged
     assert not lab_pipeline.problems(out), (lab_pipeline.problems(out), out.get("local", {}).get("tail"))
     folders = set(out["stages"])
-    for stage in ("doc_id", "exact_dedup", "fuzzy_dedup", "lang_id"):
+    for stage in ("doc_id", "exact_dedup", "fuzzy_dedup", "line_dedup", "lang_id"):
         assert any(f.split("/")[0] == stage for f in folders), (stage, sorted(folders))
     assert any("tokens" in f or f.endswith(".bin") or "tokenization" in f for f in folders), sorted(folders)
-    assert len(out["clusters"]) >= 9 and out["created"] == out["deleted"] == len(out["clusters"])
+    assert len(out["clusters"]) >= 10 and out["created"] == out["deleted"] == len(out["clusters"])
     ft = out["fine_tune"]
     assert ft["world_size"] == 2 and ft["final_loss"] < ft["initial_loss"], ft

@@ -35,8 +35,8 @@ def params(plan: dict, stage: str, branch: str = "") -> dict:
 
 
 def test_the_shipped_spec_is_the_super_pipeline_and_round_trips():
-    assert SHIPPED.order() == ["ingest", "doc_id", "exact_dedup", "fuzzy_dedup", "lang_id", "doc_quality", "pii_redactor", "hap",
-                               "filter", "tokenization"]
+    assert SHIPPED.order() == ["ingest", "doc_id", "exact_dedup", "fuzzy_dedup", "line_dedup", "lang_id", "doc_quality", "pii_redactor",
+                               "hap", "filter", "tokenization"]
     assert SHIPPED.branches.languages == ("en", "ja", "fr") and SHIPPED.stage("hap").languages == ("en",)
     assert SHIPPED.shared_tokenizer and SHIPPED.train and "mixed_tokenizers" not in SHIPPED.train_params
     assert specs.load(SHIPPED.to_dict()) == SHIPPED
@@ -66,10 +66,11 @@ def test_a_spec_file_with_a_stage_removed_and_one_reordered(tmp_path):
     f.write_text(specs.shipped_path().read_text().replace("  - fuzzy_dedup\n", "").replace("name: super", "name: mine")
                  .replace("    - doc_quality\n    - pii_redactor\n", "    - pii_redactor\n    - doc_quality\n"))
     mine = specs.load(f)
-    assert mine.order() == ["ingest", "doc_id", "exact_dedup", "lang_id", "pii_redactor", "doc_quality", "hap", "filter", "tokenization"]
+    assert mine.order() == ["ingest", "doc_id", "exact_dedup", "line_dedup", "lang_id", "pii_redactor", "doc_quality", "hap", "filter",
+                            "tokenization"]
     p = plan_of(tmp_path, mine)
     assert entry(p, "doc_quality", "ja")["input"].endswith("/lang=ja/pii_redactor")
-    assert entry(p, "lang_id")["input"].endswith("/exact_dedup")
+    assert entry(p, "line_dedup")["input"].endswith("/exact_dedup")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -72,7 +72,7 @@ def test_super_pipeline_end_to_end(tmp_path):
     meta = {str(p.parent.relative_to(run)): json.loads(p.read_text()) for p in run.rglob("metadata.json") if "_prepline" not in p.parts}
     plan = json.loads((run / "plan.json").read_text())
     assert plan["input"] == {"path": str(src), "format": "mixed", "ingest": True} and plan["text_column"] == "text"
-    for s in ("ingest", "doc_id", "exact_dedup", "fuzzy_dedup", "lang_id"):
+    for s in ("ingest", "doc_id", "exact_dedup", "fuzzy_dedup", "line_dedup", "lang_id"):
         assert meta[s]["status"] == "success", s
     assert meta["ingest"]["totals"]["docs_in"] == 600 and meta["doc_id"]["parameters"]["content_column"] == "text"
     assert {f.split("/")[-1] for f in meta["ingest"]["files"]} >= {"crawl-0.warc.gz", "part-0.jsonl.gz"}  # each by its extension
@@ -105,8 +105,8 @@ def test_super_pipeline_end_to_end(tmp_path):
     out = r.stdout + r.stderr
     assert "documents per stage" in out and "per-stage overhead" in out and "fine_tune: 8 steps, loss" in out
     assert f"documents: 600 in = {cons['outputs_total']:,} out" in out and "kept aside (lang=other" in out
-    n = len(meta)  # a row per stage and branch: ingest and 4 global stages, 5 for en, 4 for ja (no hap)
-    assert n == 14 and sum(1 for line in out.splitlines() if line.startswith("│ ") and line.split("│")[1].strip() in meta_stages(meta)) == n
+    n = len(meta)  # a row per stage and branch: ingest and 5 global stages, 5 for en, 4 for ja (no hap)
+    assert n == 15 and sum(1 for line in out.splitlines() if line.startswith("│ ") and line.split("│")[1].strip() in meta_stages(meta)) == n
     # ... and the report's path: the charts of the run's real numbers, the same the pipeline's last step made as its HTML artifact
     assert "executor_input" not in out
     assert "prepline.train: fine_tune (local): " in out  # the training step's own lines are prepline's lines too

@@ -196,7 +196,7 @@ def test_a_pipeline_spec_with_url_filter_and_decontaminate(tmp_path, planted):
                  .replace("  - lang_id ", "  - url_filter\n  - lang_id ")
                  .replace("    - doc_quality\n", "    - name: decontaminate\n      params: {eval_sets: ['%s']}\n    - doc_quality\n" % sets[0]))
     spec = specs.load(f)
-    assert spec.order()[:5] == ["ingest", "doc_id", "exact_dedup", "fuzzy_dedup", "url_filter"]
+    assert spec.order()[:7] == ["ingest", "doc_id", "exact_dedup", "fuzzy_dedup", "line_dedup", "url_filter", "lang_id"]
     p = make_plan(spec, input_path=str(tmp_path / "in"), work_root=str(tmp_path / "w"), run_id="run-1", detected_format="parquet")
     assert entry(p, "decontaminate", "ja")["params"]["unit"] == "characters"
     assert "unit" not in entry(p, "decontaminate", "en")["params"]
