@@ -58,6 +58,9 @@ STAGES = [
     # corpus-level line removal on the corpus without its planted exact copies (after exact_dedup, as in the
     # super pipeline); datatrove's SentenceDedup on lines keeps a line's first copy: lines removed compared, not decisions
     PeerStage("line_dedup", "nodups", {}, ("datatrove",)),
+    # a fastText classifier trained by prepline before the run (quality_model: English against the rest of the
+    # corpus, a stand-in for the DCLM recipe's reference set); the same model file, a score >= 0.5 kept
+    PeerStage("quality_classifier", "corpus", {"model_path": "<quality_model>"}, ("datatrove",)),
 ]
 #: the domains url_filter's lists block in the peer corpus (web_inputs)
 BLOCKED_DOMAINS = ("spam-farm.com", "link-mill.net", "ads.example.org")
@@ -95,6 +98,28 @@ def make_assets(folder: Path) -> dict:
     assets = {"lid_model": str(packaged_model()), "tokenizer_dir": str(tok_dir), "tokenizer_json": str(tok_dir / "tokenizer.json")}
     (folder / "assets.json").write_text(json.dumps(assets, indent=2))
     return assets
+
+
+def quality_model(base: Path, assets: dict, per_class: int = 3000) -> None:
+    """``assets/quality/quality.bin``: a fastText classifier trained with ``prepline quality train``
+    on up to ``per_class`` English documents of the corpus (label hq) against as many of the other
+    languages (lq), once; its held-out figures in ``quality_model.json`` next to it."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from prepline.quality import train_quality_classifier
+
+    out = base / "assets" / "quality"
+    if not (out / "quality.bin").exists():
+        truth = pq.read_table(base / "truth" / "docs.parquet", columns=["id", "lang"])
+        corpus = pq.read_table(base / "corpus", columns=["id", "contents"])
+        en = pc.is_in(corpus.column("id"), value_set=truth.filter(pc.equal(truth.column("lang"), "en")).column("id"))
+        for name, mask in (("hq", en), ("lq", pc.invert(en))):
+            (base / "assets" / name).mkdir(parents=True, exist_ok=True)
+            pq.write_table(corpus.filter(mask).slice(0, per_class), base / "assets" / name / "part-0.parquet")
+        train_quality_classifier(str(base / "assets" / "hq"), str(base / "assets" / "lq"), str(out))
+    assets["quality_model"] = str(out / "quality.bin")
+    (base / "assets" / "assets.json").write_text(json.dumps(assets, indent=2))
 
 
 def web_inputs(base: Path, assets: dict) -> None:
@@ -175,8 +200,14 @@ def _accuracy(stage: str, tool: str, truth: Path, src: Path, out: Path, ref: dic
         if tool == "dpk":
             return score.compare_tokens(ref["tokens"], score.token_counts(out, "id", "token_count"))
         return score.compare_tokens(ref["tokens"], None, score.datatrove_tokens(out))
-    if stage in ("url_filter", "decontaminate"):  # the same documents kept and removed?
-        kept = set(score.read_columns(out, ["id"]).column("id").to_pylist()) if out.exists() else set()
+    if stage in ("url_filter", "decontaminate", "quality_classifier"):  # the same documents kept and removed?
+        if stage == "quality_classifier" and tool == "prepline":  # prepline annotates: kept is a score >= 0.5
+            import pyarrow.compute as pc
+
+            t = score.read_columns(out, ["id", "quality_score"])
+            kept = set(t.filter(pc.greater_equal(t.column("quality_score"), 0.5)).column("id").to_pylist())
+        else:
+            kept = set(score.read_columns(out, ["id"]).column("id").to_pylist()) if out.exists() else set()
         if tool == "prepline":
             ref["kept"] = kept
             return {"docs_out": len(kept)}
@@ -229,6 +260,8 @@ def run(work: Path, docs: int, only: list[str], timed: Callable, skip_install: b
     print(f"[peers] corpus: {json.dumps(summary)} ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
     assets = make_assets(base / "assets")
     web_inputs(base, assets)
+    if any(s.name == "quality_classifier" for s in STAGES if not only or s.name in only):
+        quality_model(base, assets)
     assets_file = base / "assets" / "assets.json"
     pythons = {p: (ROOT / ".venv-peers" / p / "bin" / "python") if skip_install else ensure_venv(p) for p in tools}
     rows = []
@@ -241,7 +274,8 @@ def run(work: Path, docs: int, only: list[str], timed: Callable, skip_install: b
             shutil.rmtree(dst, ignore_errors=True)
             if tool == "prepline":
                 params = json.loads(json.dumps(st.params).replace("<tokenizer_dir>", assets["tokenizer_dir"])
-                                    .replace("<domains_txt>", assets["domains_txt"]).replace("<eval_jsonl>", assets["eval_jsonl"]))
+                                    .replace("<domains_txt>", assets["domains_txt"]).replace("<eval_jsonl>", assets["eval_jsonl"])
+                                    .replace("<quality_model>", assets.get("quality_model", "")))
                 cmd = [sys.executable, "-m", "prepline.cli", "run", st.name, "--input", str(src), "--output", str(dst),
                        "--workers", "2", "--overwrite", "--no-progress", "--params", json.dumps(params)]
             else:

@@ -17,6 +17,7 @@ default needs the network:
   prepline and DPK annotate; C4's bad-word list would be downloaded);
 * url_filter, decontaminate: see their functions (no integrated lists, no lighteval).
 * line_dedup: ``SentenceDedup`` on lines (see its function).
+* quality_classifier: ``FastTextClassifierFilter`` with the model prepline trained (see its function).
 * c4_clean: ``C4QualityFilter`` on its defaults (English: its sentence counts come from spaCy's
   sentencizer, no model download); ``C4BadWordsFilter`` is not run (its lists are downloaded),
   nor are prepline's bad words (``filter_bad_words`` false on prepline's side).
@@ -203,8 +204,26 @@ def line_dedup(src: str, dst: str, assets: dict) -> None:
           ([_reader(src), SentenceDedupFilter(data_folder=f"{work}/dups", config=cfg, language=words), _writer(dst)], f, WORKERS)], dst)
 
 
+def quality_classifier(src: str, dst: str, assets: dict) -> None:
+    """``FastTextClassifierFilter`` with the model prepline trained (assets' quality_model), keeping a
+    score of at least 0.5 for hq; newlines become spaces, as prepline puts a document on one line."""
+    from datatrove.pipeline.filters import FastTextClassifierFilter
+
+    class LocalModel(FastTextClassifierFilter):
+        @property
+        def model(self):
+            if self._model is None:
+                from fasttext.FastText import _FastText
+
+                self._model = _FastText(assets["quality_model"])
+            return self._model
+
+    step = LocalModel(assets["quality_model"], keep_labels=("hq", 0.5), newline_replacement=" ")
+    _run([([_reader(src), step, _writer(dst)], _files(src), WORKERS)], dst)
+
+
 STAGES = {f.__name__: f for f in (exact_dedup, fuzzy_dedup, lang_id, doc_quality, c4_clean, filter, tokenization, url_filter, decontaminate,
-                                  line_dedup)}
+                                  line_dedup, quality_classifier)}
 
 if __name__ == "__main__":
     stage, src, dst, assets = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(open(sys.argv[4]).read())
