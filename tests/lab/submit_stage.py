@@ -3,10 +3,12 @@ prepline.stages.entrypoint, submitted to the head's job API (RayJobClient), its 
 the output checked (prepline.stages.check_output). Runs on the lab's launcher host.
 
 usage: python submit_stage.py DASHBOARD_URL TRANSFORM INPUT OUTPUT WORKERS [PARAMS_JSON]
+LAB_JOB_ENV (a JSON object), when set, is the job's runtime_env env_vars (e.g. a shorter S3 retry budget).
 Prints one JSON line at the end: {"submission_id", "status", "message", "meta"}.
 """
 
 import json
+import os
 import sys
 
 from prepline.clusters.ray_jobs import RayJobClient
@@ -19,7 +21,8 @@ def main() -> int:
     params = sys.argv[6] if len(sys.argv) > 6 else "{}"
     jobs = RayJobClient(url)
     cmd = entrypoint(transform, params, src, dst, int(workers), 0)
-    sid = jobs.submit(cmd)
+    env = json.loads(os.environ.get("LAB_JOB_ENV") or "{}")
+    sid = jobs.submit(cmd, runtime_env={"env_vars": env} if env else None)
     print(f"submitted {sid}: {cmd}", file=sys.stderr, flush=True)
     info = jobs.follow(sid, sys.stderr, timeout=900)
     result = {"submission_id": sid, "status": info.status, "message": info.message, "meta": None}
