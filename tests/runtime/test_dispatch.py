@@ -133,6 +133,15 @@ def _driver_waits_for_the_kill(monkeypatch, killed: list, wait: float = 120) -> 
 @pytest.mark.slow
 def test_a_killed_pool_worker_is_replaced_and_the_output_is_identical(tmp_path, caplog, monkeypatch):
     src = make_corpus(tmp_path / "in", files=8)
+    # files of thousands of rows: a pool worker holds one open long enough for the killer's polling to
+    # see it (with make_corpus's 5-400 rows a read took about a millisecond, and under CI load the
+    # killer missed every one: the pool did all the work and nothing was killed)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for f in sorted(src.glob("*.parquet")):
+        t = pq.read_table(f)
+        pq.write_table(pa.concat_tables([t] * 40), f, row_group_size=1000)
     run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "ref"), workers=1))
     stop, killed = threading.Event(), []
     _driver_waits_for_the_kill(monkeypatch, killed)
