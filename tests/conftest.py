@@ -98,6 +98,18 @@ def pool_workers(pid: int) -> list[int]:
     return found
 
 
+def dup_ngram_chars_ref(tokens: list, n: int, length=len) -> int:
+    """Characters (``length`` of each token) of the tokens covered by a later occurrence of an
+    n-gram of ``tokens``: the plain-Python reference of ``textstats.dup_ngram_chars``."""
+    seen, covered = set(), set()
+    for i in range(len(tokens) - n + 1):
+        g = tuple(tokens[i : i + n])
+        if g in seen:
+            covered.update(range(i, i + n))
+        seen.add(g)
+    return sum(length(tokens[i]) for i in covered)
+
+
 def has_open_under(pid: int, folder: Path) -> bool:
     """Whether the process has a file of ``folder`` open (e.g. a pool worker reading an input)."""
     try:

@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from prepline import textstats as ts
 from prepline.config import TransformConfig, param, removed_sample_param
 from prepline.errors import ConfigError
 from prepline.registry import register
@@ -101,10 +102,8 @@ def tokens(arr: pa.Array, unit: str) -> pa.ListArray:
     flat = out.flatten()
     keep = pc.greater(pc.binary_length(flat), 0)
     if len(flat) and not pc.all(keep).as_py():
-        parent = pc.list_parent_indices(out).to_numpy()
-        offsets = np.zeros(len(out) + 1, dtype=np.int32)
-        np.cumsum(np.bincount(parent[keep.to_numpy(zero_copy_only=False)], minlength=len(out)), out=offsets[1:])
-        out = pa.ListArray.from_arrays(pa.array(offsets), flat.filter(keep))
+        k = keep.to_numpy(zero_copy_only=False)
+        out = ts.regroup(flat.filter(keep), pc.list_parent_indices(out).to_numpy()[k], len(out))
     return out
 
 

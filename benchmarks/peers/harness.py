@@ -218,8 +218,9 @@ def _accuracy(stage: str, tool: str, truth: Path, src: Path, out: Path, ref: dic
         return score.c4_agreement(src, out, "contents" if tool == "prepline" else "text", ref)
     if stage == "line_dedup":
         kept = score.read_columns(out, ["id", "contents" if tool == "prepline" else "text"])
-        return {"docs_out": len(kept), "lines_removed": score.nonblank_lines(score.read_columns(src, ["contents"]).column(0))
-                - score.nonblank_lines(kept.column(1))}
+        if "lines_in" not in ref:  # (the same input for every tool)
+            ref["lines_in"] = score.nonblank_lines(score.read_columns(src, ["contents"]).column(0))
+        return {"docs_out": len(kept), "lines_removed": ref["lines_in"] - score.nonblank_lines(kept.column(1))}
     return {"docs_out": len(score.read_columns(out, ["id"]))}
 
 

@@ -102,18 +102,26 @@ def fuzzy_dedup(src: str, dst: str, assets: dict) -> None:
           ([_reader(src), MinhashDedupFilter(input_folder=f"{work}/remove"), _writer(dst)], f, WORKERS)], dst)
 
 
+def _local_fasttext(path: str) -> property:
+    """A ``model`` property for a datatrove block that loads its fastText model from ``path`` (the
+    block's default downloads it) on first use, into the block's ``_model``."""
+
+    def model(self):
+        if self._model is None:
+            from fasttext.FastText import _FastText
+
+            self._model = _FastText(path)
+        return self._model
+
+    return property(model)
+
+
 def lang_id(src: str, dst: str, assets: dict) -> None:
     from datatrove.pipeline.filters import LanguageFilter
     from datatrove.utils.lid import FT176LID
 
     class PackagedFT176(FT176LID):
-        @property
-        def model(self):
-            if self._model is None:
-                from fasttext.FastText import _FastText
-
-                self._model = _FastText(assets["lid_model"])
-            return self._model
+        model = _local_fasttext(assets["lid_model"])
 
     lf = LanguageFilter(label_only=True)
     lf.model = PackagedFT176()
@@ -210,13 +218,7 @@ def quality_classifier(src: str, dst: str, assets: dict) -> None:
     from datatrove.pipeline.filters import FastTextClassifierFilter
 
     class LocalModel(FastTextClassifierFilter):
-        @property
-        def model(self):
-            if self._model is None:
-                from fasttext.FastText import _FastText
-
-                self._model = _FastText(assets["quality_model"])
-            return self._model
+        model = _local_fasttext(assets["quality_model"])
 
     step = LocalModel(assets["quality_model"], keep_labels=("hq", 0.5), newline_replacement=" ")
     _run([([_reader(src), step, _writer(dst)], _files(src), WORKERS)], dst)

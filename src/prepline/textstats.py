@@ -169,17 +169,33 @@ def top_ngram(ids: np.ndarray, tokens: Tokens, n: int) -> tuple[np.ndarray, np.n
     return top_ngrams(ids, tokens, (n,))[n]
 
 
+def _bucket_mates(mixed: np.ndarray) -> np.ndarray:
+    """Positions of the values of ``mixed`` (well-mixed uint64) that share a bucket of a table of
+    >= 4n buckets with another value (np.bincount, linear): every value that occurs twice is
+    among them, and on text few others are, so only they need sorting."""
+    n = len(mixed)
+    if n < 2:
+        return np.zeros(0, dtype=np.intp)
+    size = 1 << min(max(int(4 * n - 1).bit_length(), 10), 26)
+    bucket = (mixed & np.uint64(size - 1)).astype(np.intp)
+    return np.flatnonzero(np.bincount(bucket, minlength=size)[bucket] > 1)
+
+
+def _later(keys: np.ndarray) -> np.ndarray:
+    """Positions (into ``keys``) of every occurrence of a value but its first, by position."""
+    order = np.argsort(keys, kind="stable")
+    s = keys[order]
+    later = np.zeros(len(s), dtype=bool)
+    later[1:] = s[1:] == s[:-1]  # equal to the one before in sorted order: not the first (stable: by position)
+    return order[later]
+
+
 def _shared(keys: np.ndarray) -> np.ndarray:
     """Mask of the values of ``keys`` (uint64, already mixed) that occur at least twice. Most
     n-grams of a text occur once, so only the values that share a bucket of a table of >= 4n
     buckets with another (np.bincount, linear) are sorted."""
-    n = len(keys)
-    out = np.zeros(n, dtype=bool)
-    if n < 2:
-        return out
-    size = 1 << min(max(int(4 * n - 1).bit_length(), 10), 26)
-    bucket = (keys & np.uint64(size - 1)).astype(np.intp)
-    cand = np.flatnonzero(np.bincount(bucket, minlength=size)[bucket] > 1)
+    out = np.zeros(len(keys), dtype=bool)
+    cand = _bucket_mates(keys)
     if len(cand) < 2:
         return out
     sub = keys[cand]
@@ -307,23 +323,11 @@ def repeated(keys: np.ndarray) -> np.ndarray:
     n-gram measures took 1.7 s this way instead of 3.3 s with a sort of every value (np.unique)
     (2026-12-06, profile and alternating runs on one machine). Arrow's hash-based
     dictionary_encode was slower than either."""
-    n = len(keys)
-    out = np.zeros(n, dtype=bool)
-    if n < 2:
-        return out
-    size = 1 << min(max(int(4 * n - 1).bit_length(), 10), 26)
+    out = np.zeros(len(keys), dtype=bool)
     with np.errstate(over="ignore"):
-        bucket = (_mix(keys.astype(np.uint64, copy=False)) & np.uint64(size - 1)).astype(np.intp)
-    cand = np.flatnonzero(np.bincount(bucket, minlength=size)[bucket] > 1)
-    if len(cand) < 2:
-        return out
-    sub = keys[cand]
-    order = np.argsort(sub, kind="stable")
-    s = sub[order]
-    later = np.empty(len(s), dtype=bool)
-    later[0] = False
-    later[1:] = s[1:] == s[:-1]  # equal to the one before in sorted order: not the first (stable: by position)
-    out[cand[order[later]]] = True
+        cand = _bucket_mates(_mix(keys.astype(np.uint64, copy=False)))
+    if len(cand) >= 2:
+        out[cand[_later(keys[cand])]] = True
     return out
 
 
@@ -345,12 +349,8 @@ def dup_ngram_chars(ids: np.ndarray, tokens: Tokens, ns: tuple[int, ...]) -> dic
         out[n] = res
         if not len(pos):
             continue
-        order = np.argsort(keys, kind="stable")  # (pos ascending: stable keeps each n-gram's occurrences in order)
-        s = keys[order]
-        later = np.zeros(len(s), dtype=bool)
-        later[1:] = s[1:] == s[:-1]
         mark = np.zeros(total + 1, dtype=np.int64)
-        mark[pos[order[later]]] = 1
+        mark[pos[_later(keys)]] = 1  # (pos ascending: "later" is later in the document)
         cs = np.zeros(total + 1, dtype=np.int64)
         np.cumsum(mark[:total], out=cs[1:])
         # token i is covered when a repeated occurrence starts in [i - n + 1, i] (such a start is

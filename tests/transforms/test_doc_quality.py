@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import write_parquet
+from conftest import dup_ngram_chars_ref, write_parquet
 from prepline import registry
 from prepline.engine import RunOptions, run_transform
 from prepline.errors import ConfigError, InputError
@@ -282,17 +282,6 @@ def test_bad_input_and_parameters(tmp_path):
 # -- Gopher's repetition rules (paragraphs, duplicate n-grams) and FineWeb's rules ------------
 
 
-def _dup_ngram_ref(words: list[str], n: int) -> int:
-    """Characters of the words covered by a later occurrence of an n-gram (plain Python)."""
-    seen, covered = set(), set()
-    for i in range(len(words) - n + 1):
-        g = tuple(words[i : i + n])
-        if g in seen:
-            covered.update(range(i, i + n))
-        seen.add(g)
-    return sum(len(words[i]) for i in covered)
-
-
 def test_duplicate_ngrams_and_paragraphs_equal_a_plain_python_reference(dq_run):
     _, _, t = dq_run
     mismatches = []
@@ -302,7 +291,7 @@ def test_duplicate_ngrams_and_paragraphs_equal_a_plain_python_reference(dq_run):
         words = r["contents"].lower().split()
         chars = sum(len(w) for w in words)
         for n in range(5, 11):
-            want = min(_dup_ngram_ref(words, n) / chars, 1.0) if chars else 0.0
+            want = min(dup_ngram_chars_ref(words, n) / chars, 1.0) if chars else 0.0
             if r[f"dq_dup_{n}gram_char_frac"] != pytest.approx(want, abs=1.5e-4):
                 mismatches.append((r["sample_id"], n, r[f"dq_dup_{n}gram_char_frac"], want))
         paras = [p.strip() for p in __import__("re").split(r"\n[ \t\r\f\v]*\n", r["contents"])]
