@@ -304,18 +304,31 @@ def execute(
     p = _provider(provider, provider_json)
     cmd = entrypoint(transform, config_json, input_path, output_path, workers, max_failed_files, allow_empty_output)
     t0 = time.monotonic()
-    jobs, job_id = _submit(p, spec, cmd)
     where = f"{stage}{'/' + branch if branch else ''}"
-    log.info("%s: job %s on %s: %s", where, job_id, spec.name, cmd)
+    for attempt in range(SETUP_RETRIES + 1):
+        jobs, job_id = _submit(p, spec, cmd)
+        log.info("%s: job %s on %s: %s", where, job_id, spec.name, cmd)
 
-    def too_long() -> RunFailed:
-        return RunFailed(f"{stage}: job {job_id} ran longer than {timeout:.0f}s and was stopped", "raise the timeout or give the cluster more workers")
+        def too_long(job_id=job_id) -> RunFailed:
+            return RunFailed(f"{stage}: job {job_id} ran longer than {timeout:.0f}s and was stopped",
+                             "raise the timeout or give the cluster more workers")
 
-    try:
-        info = jobs.follow(job_id, out, timeout, poll, on_timeout=too_long)
-    except Unavailable as e:  # the head stopped answering mid-job (its pod or node died, or the network to it)
-        raise head_lost(p, spec, stage, job_id, e) from None
+        try:
+            info = jobs.follow(job_id, out, max(1.0, timeout - (time.monotonic() - t0)), poll, on_timeout=too_long)
+        except Unavailable as e:  # the head stopped answering mid-job (its pod or node died, or the network to it)
+            raise head_lost(p, spec, stage, job_id, e) from None
+        if not info.setup_failed() or attempt == SETUP_RETRIES:
+            break
+        # nothing of the job ran (its supervisor actor never started): submitting it again is safe
+        log.warning("%s: Ray could not start job %s (%s); submitting it again (%d of %d)", where, job_id,
+                    info.message.splitlines()[0][:200] if info.message else info.error_type, attempt + 1, SETUP_RETRIES)
+        time.sleep(SETUP_RETRY_WAIT_S)
     if info.status != "SUCCEEDED":
+        if info.setup_failed():
+            raise RunFailed(f"{stage}: Ray job {job_id} FAILED {SETUP_RETRIES + 1} times before it started: {info.message}",
+                            "the head's runtime env agent could not start the job; see dashboard_agent.log and "
+                            "runtime_env_agent.log in the head's /tmp/ray/session_latest/logs (e.g. the head is out of "
+                            "memory or CPU); rerun with the same run_id: the stage resumes")
         raise job_error(output_path, stage, f"Ray job {job_id} {info.status}: {info.message or 'see the log above'}")
     meta = check_output(output_path, max_failed_files, stage)
     meta["job"] = {"id": job_id, "seconds": round(time.monotonic() - t0, 3)}
@@ -395,6 +408,9 @@ def one_line(meta: dict) -> str:
 
 #: times a stage's head that stopped answering before its job started is brought back (recover)
 HEAD_RECOVERIES = 2
+#: times a job that Ray failed before its entrypoint ran (runtime env setup) is submitted again, and the wait before
+SETUP_RETRIES = 2
+SETUP_RETRY_WAIT_S = 2.0
 
 
 def _submit(p, spec: ClusterSpec, cmd: str, timeout: float = 900):

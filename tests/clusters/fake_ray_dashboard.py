@@ -20,6 +20,9 @@ Mirrored behaviours (each from job_head.py unless said otherwise):
 Job life (not Ray's, the fake's script): PENDING on the first read, then RUNNING, then after
 ``job_steps`` more reads (or websocket ticks) SUCCEEDED; an entrypoint containing "fail_on_purpose" ends FAILED
 with a traceback, one containing "hang_forever" runs until stopped, one containing "chatty" writes a line per step.
+The first ``setup_failures`` jobs go from PENDING straight to FAILED as ``job_manager.py`` (``_monitor_job_internal``)
+ends a job whose supervisor actor's runtime env could not be set up: error_type RUNTIME_ENV_SETUP_FAILURE, message
+"runtime_env setup failed: Failed to set up runtime environment.", that message appended to the job's log, no driver.
 A job runs with its head's environment (``env_of(namespace, cluster)``: the pod's env, resolved from
 the secrets of the cluster's own namespace): one whose entrypoint reads ``s3://`` without
 ``AWS_ACCESS_KEY_ID`` in it fails the way botocore does (``NoCredentialsError: Unable to locate
@@ -57,6 +60,8 @@ class FakeRayJobs:
         self.env_of = env_of or (lambda ns, name: {})
         self.jobs: dict[tuple[str, str, str], dict] = {}
         self.submits = 0
+        self.setup_failures = 0  # the first this many jobs fail in runtime env setup (settable by a test)
+        self.setup_failed = 0
 
     # -- the routes (``rest`` is the path after the dashboard's root) -------------------------------
     def handle(self, method: str, ns: str, name: str, rest: str, body, version: str | None = None) -> tuple[int, object, str]:
@@ -124,6 +129,12 @@ class FakeRayJobs:
         job["reads"] += 1
         ep = job["entrypoint"]
         if job["reads"] <= 1:  # the first read still sees PENDING
+            return
+        if job["status"] == "PENDING" and self.setup_failed < self.setup_failures:
+            self.setup_failed += 1
+            said = "runtime_env setup failed: Failed to set up runtime environment."
+            job.update(status="FAILED", error_type="RUNTIME_ENV_SETUP_FAILURE", message=said, logs=job["logs"] + said,
+                       end_time=int(time.time() * 1000))
             return
         if job["status"] == "PENDING":
             job.update(status="RUNNING", message="Job is currently running.", job_id="02000000", logs=f"running: {ep}\n")

@@ -226,3 +226,39 @@ def test_an_optional_secret_missing_in_the_clusters_namespace_shows_as_missing_c
         with pytest.raises(RunFailed, match="Unable to locate credentials"):
             _execute(args, in_team_a)
         assert stages.stop(**args) is True
+
+
+def test_a_job_that_ray_fails_in_runtime_env_setup_is_submitted_again(in_team_a, monkeypatch, capfd):
+    """Ray ends a job FAILED with RUNTIME_ENV_SETUP_FAILURE when its supervisor actor's runtime env
+    cannot be set up (seen once in CI on a loaded 2-core machine, runtime env agent busy): nothing of the
+    job ran, so the step submits it again under a new id instead of failing the run."""
+    from fake_kuberay import FakeKubeRay
+
+    monkeypatch.setattr(stages, "SETUP_RETRY_WAIT_S", 0)
+    with FakeKubeRay(ready_after=1, dashboard_lag=0, secrets={("team-a", "prepline-s3"): S3_KEYS}) as fake:
+        fake.ray.setup_failures = 1
+        args = _kuberay_args(fake)
+        stages.start(**args, timeout=30, image="registry.example.com/prepline-ray:0.1.0", s3_secret_name="prepline-s3")
+        meta = _execute(args, in_team_a)
+        assert meta["totals"]["docs_out"] == 7
+        first, second = fake.jobs.values()  # in submission order
+        assert (first["status"], first["error_type"], second["status"]) == ("FAILED", "RUNTIME_ENV_SETUP_FAILURE", "SUCCEEDED")
+        assert meta["job"]["id"] == second["submission_id"] != first["submission_id"]
+        said = capfd.readouterr().err  # the prepline logger's own handler writes to stderr
+        assert "could not start job" in said and "submitting it again (1 of 2)" in said
+        assert stages.stop(**args) is True
+
+
+def test_a_job_that_never_gets_its_runtime_env_fails_the_step_after_the_retries(in_team_a, monkeypatch):
+    from fake_kuberay import FakeKubeRay
+
+    monkeypatch.setattr(stages, "SETUP_RETRY_WAIT_S", 0)
+    with FakeKubeRay(ready_after=1, dashboard_lag=0, secrets={("team-a", "prepline-s3"): S3_KEYS}) as fake:
+        fake.ray.setup_failures = 99
+        args = _kuberay_args(fake)
+        stages.start(**args, timeout=30, image="registry.example.com/prepline-ray:0.1.0", s3_secret_name="prepline-s3")
+        with pytest.raises(RunFailed, match=r"FAILED 3 times before it started: runtime_env setup failed") as e:
+            _execute(args, in_team_a)
+        assert "runtime_env_agent.log" in e.value.fix and "resumes" in e.value.fix
+        assert len(fake.jobs) == 3
+        assert stages.stop(**args) is True

@@ -102,6 +102,14 @@ class JobInfo:
     job_id: str
     status: str  # PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED
     message: str = ""
+    error_type: str = ""  # Ray's JobErrorType of a failed job (dashboard/modules/job/common.py), "" when not given
+
+    def setup_failed(self) -> bool:
+        """The job failed before its entrypoint ran: Ray could not set up the runtime environment of
+        its supervisor actor (job_manager.py writes RUNTIME_ENV_SETUP_FAILURE with the message
+        "runtime_env setup failed: ..."; the KubeRay V1 API gives only the message)."""
+        return self.status == "FAILED" and (self.error_type == "RUNTIME_ENV_SETUP_FAILURE"
+                                            or self.message.startswith("runtime_env setup failed"))
 
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")

@@ -104,7 +104,8 @@ class JobClient:
 
     def info(self, job_id: str) -> JobInfo:
         d = self._raw_info(job_id)
-        return JobInfo(job_id=job_id, status=str(d.get("status") or "PENDING").upper(), message=d.get("message") or "")
+        return JobInfo(job_id=job_id, status=str(d.get("status") or "PENDING").upper(), message=d.get("message") or "",
+                       error_type=str(d.get("error_type") or d.get("errorType") or ""))
 
     def follow(self, job_id: str, out: TextIO, timeout: float, poll: float = 1.0, on_timeout=None) -> JobInfo:
         """Write the job's log to ``out`` as it grows, until the job ends; returns its final info.
