@@ -7,7 +7,9 @@ loaded once per worker. ``positive_label`` names the label whose probability bec
 (``hq``, ``__label__hq``; the model's labels are checked when it loads).
 
 Per file, the text column is put on one line per document (newlines to spaces: fastText reads
-one line), optionally cut to ``max_chars``, and scored with fastText's batch predict. Adds
+one line), optionally cut to ``max_chars``, and scored over the whole column at once
+(:mod:`prepline.fasttext_np`: fastText's linear model in NumPy, the same probabilities to 1e-7;
+fastText's own batch predict for models with character n-grams, hierarchical softmax or quantization). Adds
 ``score_column`` (default ``quality_score``): the probability of the positive label, 0..1;
 documents with no text score 0.
 
@@ -33,7 +35,7 @@ import pyarrow.compute as pc
 from prepline import textstats as ts
 from prepline.config import TransformConfig, param
 from prepline.errors import ConfigError
-from prepline.quality import check_model, label_name, load_classifier, one_line, positive_proba
+from prepline.quality import Scorer, check_model, label_name, load_classifier, one_line
 from prepline.registry import register
 from prepline.transform import Column, FileTask, Output, Transform
 
@@ -110,7 +112,8 @@ class QualityClassifier(Transform):
 
     def setup(self, ctx) -> None:
         c = self.config
-        self._models = {lang: load_classifier(path, c.positive_label, f"lang_models[{lang}]" if lang else "model_path")
+        self._models = {lang: Scorer(load_classifier(path, c.positive_label, f"lang_models[{lang}]" if lang else "model_path"),
+                                     label_name(c.positive_label))
                         for lang, path in c.models().items()}
 
     def transform(self, table: pa.Table, task: FileTask) -> Output:
@@ -136,8 +139,7 @@ class QualityClassifier(Transform):
             counters[f"quality_scored_{lang or 'all'}"] = int(len(rows))
             todo = rows[has_text[rows]]
             if len(todo):
-                texts = lines.take(pa.array(todo)).to_pylist()
-                scores[todo] = positive_proba(self._models[lang], texts, label_name(c.positive_label))
+                scores[todo] = self._models[lang](lines.take(pa.array(todo)))
         scores = np.round(scores, 6)
         counters[NO_MODEL] = int((~scored).sum())
         counters["quality_pass"] = int((scored & (scores >= c.threshold)).sum())

@@ -165,7 +165,7 @@ def metrics(y: np.ndarray, p: np.ndarray, threshold: float) -> dict:
 
 
 def positive_proba(model, lines: list[str], positive: str) -> np.ndarray:
-    """Probability of the ``positive`` label for each text (already one line each), by batch predict."""
+    """Probability of the ``positive`` label for each text (already one line each), by fastText's batch predict."""
     labels = model.get_labels()
     f = model.f
     out = np.zeros(len(lines), dtype=np.float64)
@@ -178,6 +178,24 @@ def positive_proba(model, lines: list[str], positive: str) -> np.ndarray:
                     out[a + i] = pr
                     break
     return np.clip(out, 0.0, 1.0)
+
+
+class Scorer:
+    """The ``positive`` label's probability for an Arrow column of one-line texts: vectorised over the
+    column (:mod:`prepline.fasttext_np`) for the linear models it reproduces, fastText's batch predict
+    for the others (character n-grams, hierarchical softmax, quantized)."""
+
+    def __init__(self, model, positive: str):
+        from prepline.fasttext_np import for_model
+
+        self.model, self.positive = model, positive
+        self.linear = for_model(model)
+        self.column = self.linear.labels.index(positive) if self.linear else -1
+
+    def __call__(self, lines: pa.Array) -> np.ndarray:
+        if self.linear is None:
+            return positive_proba(self.model, lines.to_pylist(), self.positive)
+        return np.clip(self.linear.proba(lines)[:, self.column], 0.0, 1.0)
 
 
 def _split(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -229,7 +247,7 @@ def train_quality_classifier(positive: str, negative: str, output: str, params: 
         shutil.rmtree(work, ignore_errors=True)
     y = np.array([b for _, b in held], dtype=bool)
     t0 = time.perf_counter()
-    p = positive_proba(model, [x for x, _ in held], pos)
+    p = Scorer(model, pos)(pa.array([x for x, _ in held], pa.large_string()))
     predict_s = time.perf_counter() - t0
     out = open_location(output)
     out.write_bytes(MODEL_FILE, blob)
