@@ -12,9 +12,10 @@ become spaces. Tokens are then the words between white space
 and ``zh`` branches get it by default). An n-gram is ``n`` consecutive tokens (default 13).
 
 Vectorised: tokens are mapped to ids in the evaluation sets' vocabulary (Arrow ``index_in``; a
-token the sets never use cannot be part of a match), each window of ``n`` ids is hashed to 64 bits
-(a polynomial over the ids, numpy, ``n`` vector steps), windows holding an unknown token or
-crossing documents are dropped, and the rest are looked up in the sorted hash array of the
+token the sets never use cannot be part of a match; for words each distinct white-space separated
+piece of a file is normalised and looked up once), windows holding an unknown token or crossing
+documents are dropped, each remaining window of ``n`` ids is hashed to 64 bits (a polynomial over
+the ids, numpy, ``n`` vector steps), and looked up in the sorted hash array of the
 evaluation n-grams (built once per worker). A hash hit is confirmed by comparing the ids, so a
 match is exact. A document's match is its first matching n-gram; an n-gram that appears in
 several sets is attributed to the first set given.
@@ -107,9 +108,27 @@ def tokens(arr: pa.Array, unit: str) -> pa.ListArray:
     return out
 
 
-def window_hashes(ids: np.ndarray, n: int) -> np.ndarray:
-    """The 64-bit hash of every window of n consecutive ids (len(ids) - n + 1 of them)."""
+def _ragged_take(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Positions of the items of ``rows`` (in order) in a flat list array with ``offsets``."""
+    lens = (offsets[1:] - offsets[:-1])[rows]
+    total = int(lens.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(lens)
+    # each item's position = its row's start + its rank in the row
+    return np.repeat(offsets[:-1][rows] - (ends - lens), lens) + np.arange(total, dtype=np.int64)
+
+
+def window_hashes(ids: np.ndarray, n: int, starts: np.ndarray | None = None) -> np.ndarray:
+    """The 64-bit hash of every window of n consecutive ids (len(ids) - n + 1 of them), or of the
+    windows at ``starts`` only (gathered: a tenth of a web text's windows hold only known tokens)."""
     m = len(ids) - n + 1
+    if starts is not None:
+        h = np.zeros(len(starts), dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for k in range(n):
+                h = h * _MULT + ids[starts + k]
+        return h
     h = np.zeros(max(m, 0), dtype=np.uint64)
     if m <= 0:
         return h
@@ -188,6 +207,25 @@ class Index:
         idx = pc.index_in(flat, options=self.lookup)
         return pc.fill_null(pc.add(idx, 1), 0).to_numpy(zero_copy_only=False).astype(np.uint64)
 
+    def token_ids(self, arr: pa.Array, unit: str) -> tuple[np.ndarray, np.ndarray]:
+        """The ids (:meth:`_ids`) of the normalised tokens of every text, flattened, and their text.
+        Words: normalising never joins two white-space separated pieces (it only lowers, drops marks,
+        and makes punctuation a space inside a piece), so the text is split first and each distinct
+        piece of the column normalised and looked up once; a piece maps to 0 or more tokens. The
+        same ids as normalising the whole text (:func:`tokens`; a test compares them)."""
+        if unit != "words":
+            toks = tokens(arr, unit)
+            return self._ids(toks.flatten()), np.repeat(np.arange(len(arr), dtype=np.int64), np.diff(toks.offsets.to_numpy()))
+        pieces = pc.utf8_split_whitespace(pc.fill_null(arr, ""))
+        enc = pc.dictionary_encode(pieces.flatten())
+        codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        piece_doc = pc.list_parent_indices(pieces).to_numpy().astype(np.int64)
+        sub = tokens(enc.dictionary, "words")  # each distinct piece: its tokens
+        sub_ids = self._ids(sub.flatten())
+        at = _ragged_take(sub.offsets.to_numpy().astype(np.int64), codes)
+        lens = np.diff(sub.offsets.to_numpy().astype(np.int64))[codes]
+        return sub_ids[at], np.repeat(piece_doc, lens)
+
     def match(self, arr: pa.Array, unit: str) -> tuple[np.ndarray, list]:
         """Per document: the index of the matched set (-1: clean), and the matched n-grams' text (None: clean)."""
         ndocs, n = len(arr), self.n
@@ -195,14 +233,12 @@ class Index:
         grams: list = [None] * ndocs
         if not len(self.hashes) or not ndocs:
             return found, grams
-        toks = tokens(arr, unit)
-        ids = self._ids(toks.flatten())
-        doc = np.repeat(np.arange(ndocs, dtype=np.int64), np.diff(toks.offsets.to_numpy()))
+        ids, doc = self.token_ids(arr, unit)
         ok = valid_windows(ids, doc, n)
         pos = np.flatnonzero(ok)
         if not len(pos):
             return found, grams
-        h = window_hashes(ids, n)[pos]
+        h = window_hashes(ids, n, pos)
         at = np.minimum(np.searchsorted(self.hashes, h), len(self.hashes) - 1)
         hit = self.hashes[at] == h
         pos, at = pos[hit], at[hit]
