@@ -49,6 +49,8 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 #: odd 64-bit multiplier of the window hash
 _MULT = np.uint64(0x9E3779B97F4A7C15)
 CHAR_LANGUAGES = ("ja", "zh")
+#: text bytes matched at a time (bounds the token arrays, ~50 bytes per token)
+MATCH_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -227,7 +229,18 @@ class Index:
         return sub_ids[at], np.repeat(piece_doc, lens)
 
     def match(self, arr: pa.Array, unit: str) -> tuple[np.ndarray, list]:
-        """Per document: the index of the matched set (-1: clean), and the matched n-grams' text (None: clean)."""
+        """Per document: the index of the matched set (-1: clean), and the matched n-grams' text (None:
+        clean). In slices of about MATCH_BYTES of text: the token arrays stay bounded whatever the batch."""
+        sizes = np.asarray(pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        total = int(sizes.sum())
+        if len(arr) < 2 or total <= MATCH_BYTES:
+            return self._match(arr, unit)
+        cuts = np.searchsorted(np.cumsum(sizes), np.arange(MATCH_BYTES, total, MATCH_BYTES), side="right")
+        bounds = np.unique(np.concatenate([[0], cuts, [len(arr)]])).tolist()
+        parts = [self._match(arr.slice(a, b - a), unit) for a, b in zip(bounds[:-1], bounds[1:])]
+        return np.concatenate([f for f, _ in parts]), [g for _, gs in parts for g in gs]
+
+    def _match(self, arr: pa.Array, unit: str) -> tuple[np.ndarray, list]:
         ndocs, n = len(arr), self.n
         found = np.full(ndocs, -1, dtype=np.int64)
         grams: list = [None] * ndocs

@@ -117,3 +117,15 @@ def test_a_quantized_model_uses_fastTexts_predict(texts, tmp_path):
     model = _train(texts, tmp_path, 2, wordNgrams=2)
     model.quantize(input=None, qnorm=False, retrain=False, cutoff=0)
     assert for_model(model) is None
+
+
+def test_scoring_in_slices_gives_the_same_probabilities(texts, tmp_path, monkeypatch):
+    from prepline import fasttext_np
+
+    model = _train(texts, tmp_path, 2, wordNgrams=2)
+    linear = for_model(model)
+    lines = pa.array([x for v in texts.values() for x in v[:200]])
+    whole = linear.proba(lines)
+    monkeypatch.setattr(fasttext_np, "CHUNK_BYTES", 5000)
+    sliced = linear.proba(lines)
+    assert np.array_equal(whole, sliced)

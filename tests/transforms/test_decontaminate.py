@@ -224,3 +224,17 @@ def test_word_ids_from_distinct_pieces_equal_normalising_the_whole_text(planted)
     assert np.array_equal(ids, index._ids(whole.flatten()))
     assert np.array_equal(doc, np.repeat(np.arange(len(arr)), np.diff(whole.offsets.to_numpy())))
     assert (ids > 0).any() and (ids == 0).any()
+
+
+def test_matching_in_slices_finds_the_same(planted, monkeypatch):
+    import numpy as np
+
+    from prepline.transforms import decontaminate as dc
+
+    root, folder, sets, _ = planted
+    index = dc.Index([dc.parse_eval_set(s) for s in sets], 13, "words")
+    arr = _read(folder)["contents"].combine_chunks()
+    whole = index.match(arr, "words")
+    monkeypatch.setattr(dc, "MATCH_BYTES", 3000)
+    sliced = index.match(arr, "words")
+    assert np.array_equal(whole[0], sliced[0]) and whole[1] == sliced[1] and (whole[0] >= 0).sum() >= 12
