@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Generate the parameter tables in the docs from the transforms' config dataclasses.
+"""Generate the parameter tables in the docs from the transforms' config dataclasses, and docs/scale.md's
+sizing table from prepline.sizing (what `prepline plan` prints).
 
 docs/parameters.md holds every transform's table; each transform's page docs/transforms/<name>.md
 holds its own under "## Parameters" (the rest of the page is written by hand; a transform without
@@ -70,7 +71,14 @@ def render_tables(docs: Path, check: bool = False, plugins: bool = False) -> lis
     builtins = registry.builtin_names()
     names = sorted(set(registry.names()) - set(builtins)) if plugins else builtins
     generated = files(names, docs)
-    return sync_tree(write_files(generated), docs, ["parameters.md", "transforms/*.md"], check=check)
+    patterns = ["parameters.md", "transforms/*.md"]
+    if not plugins:  # docs/scale.md's sizing table, from prepline.sizing (`prepline plan`)
+        from prepline.sizing import render_scale_doc
+
+        page = docs / "scale.md"
+        generated["scale.md"] = render_scale_doc(page.read_text() if page.is_file() else "# Scale\n")
+        patterns.append("scale.md")
+    return sync_tree(write_files(generated), docs, patterns, check=check)
 
 
 def sync(check: bool) -> list[str]:

@@ -296,6 +296,37 @@ def cmd_sample(argv: list[str]) -> int:
     return 0
 
 
+def cmd_plan(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="prepline plan", description=(
+        "Size a super-pipeline run before renting a cluster: workers, memory per worker, dedup shards, S3 "
+        "requests and bytes, and hours per stage, from the per-core rates the benchmarks measured (prepline.sizing; "
+        "docs/scale.md)."))
+    ap.add_argument("--docs", type=float, required=True, help="documents in the corpus (e.g. 10e9)")
+    ap.add_argument("--bytes-per-doc", type=float, default=None, help="UTF-8 text bytes per document (default: the sample's, 1450)")
+    ap.add_argument("--hours", type=float, default=24.0, help="deadline for the whole pipeline (default 24)")
+    ap.add_argument("--worker-memory-gib", type=float, default=8.0, help="memory of one one-core Ray worker (default 8)")
+    ap.add_argument("--file-mb", type=float, default=256.0, help="size of the corpus's Parquet files (default 256)")
+    ap.add_argument("--cluster-start-s", type=float, default=120.0,
+                    help="seconds to start one stage's cluster (an assumption, default 120: pods scheduled, image cached)")
+    ap.add_argument("--add", default="", help="opt-in stages to add, comma-separated: url_filter,c4_clean,decontaminate,quality_classifier")
+    ap.add_argument("--json", action="store_true", help="print the plan as JSON")
+    a = ap.parse_args(argv)
+    from prepline import sizing
+
+    p = sizing.plan(a.docs, a.bytes_per_doc or sizing.SAMPLE_TEXT_BYTES, a.hours, a.worker_memory_gib, a.file_mb,
+                    a.cluster_start_s, tuple(x.strip() for x in a.add.split(",") if x.strip()))
+    if a.json:
+        print(json.dumps({"docs": p.docs, "bytes_per_doc": p.bytes_per_doc, "hours": p.hours, "workers": p.workers, "files": p.files,
+                          "wall_hours": round(p.wall_hours, 3), "stages": p.rows, "notes": p.notes}, indent=2))
+        return 0
+    print(f"{p.docs:,.0f} documents of {p.bytes_per_doc:,.0f} bytes, done in {p.hours:g} h: {p.workers:,} one-core workers per stage\n")
+    print(sizing.table_markdown(p))
+    print()
+    for n in p.notes:
+        print(f"- {n}")
+    return 0
+
+
 def cmd_compile(argv: list[str]) -> int:
     from prepline import images, registry
 
@@ -511,6 +542,7 @@ COMMANDS = {
     "list": (cmd_list, "list the transforms"),
     "describe": (cmd_describe, "show a transform's parameters"),
     "sample": (cmd_sample, "build the sample corpus"),
+    "plan": (cmd_plan, "size a run: workers, memory, shards, S3 requests and hours per stage, from measured rates"),
     "compile": (cmd_compile, "compile the KFP components and pipelines into compiled/"),
     "clusters": (cmd_clusters, "list or sweep leftover Ray clusters by label and age"),
     "pipeline": (cmd_pipeline, "list pipelines, compile a pipeline spec, or run one locally (kfp.local + local Ray)"),
@@ -583,6 +615,10 @@ def run_command(fn, argv: list[str], debug: bool = False) -> int:
     old = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() else None
     try:
         return fn(argv)
+    except BrokenPipeError:  # the reader of our output went away (`prepline plan ... | head`): not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's own flush at exit does not fail again
+        return 0
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - the one place errors meet the user
         logs.flush_repeats()  # the repeats counted so far, before the error
         if debug:

@@ -1,0 +1,193 @@
+"""Sizing a run before renting a cluster: workers, memory, shards, S3 requests and hours per stage of
+the super pipeline, computed from measured per-core rates (``prepline plan``; docs/scale.md is this
+module's table for 10 billion documents, written by scripts/gen_docs.py, so the two cannot differ).
+
+Every constant names the benchmark it came from. The model, stated so it can be checked:
+
+* **Time.** A stage's core-seconds are ``docs × bytes_per_doc / (rate × SAMPLE_TEXT_BYTES)``: the
+  measured documents per second of one worker on the sample, scaled by text size (every stage's
+  cost grows with the text it reads; the dedup stages' per-document state does not, see below).
+  Every stage is assumed to see every document (an upper bound: dedup and filters shrink what later
+  stages read). Stages run one after another, each on its own cluster of ``workers`` one-core
+  workers, plus ``cluster_start_s`` to start it; the worker count is the smallest that fits the
+  deadline with the same count for every stage.
+* **Memory.** A worker holds one batch: the measured peak RSS at 1M documents (62,500-document files,
+  one row group), of which ``FIXED_MIB`` is the process and the rest scales with the row group's text
+  (``min(documents per file, 65,536) × bytes_per_doc``), plus, for the dedup stages, its shard of the global
+  state (measured bytes per document × documents / shards). Shards are the smallest power of two ≥
+  workers that keeps a shard within ``worker_memory_gib``.
+* **S3.** Files of ``file_mb`` (zstd Parquet at ``SAMPLE_DISK_BYTES`` per ``SAMPLE_TEXT_BYTES`` of
+  text); a read of a file is a footer GET plus one ranged GET per 64k-row row group
+  (``location.PARQUET_WRITE_OPTIONS``); a written file is a multipart upload of
+  ``PREPLINE_S3_PART_MB`` (16 MiB) parts plus its start and completion, and a marker object; a
+  listing is one LIST per 1,000 keys. The dedup stages read their input twice (the plan, then the
+  final map).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: UTF-8 text bytes per document of `prepline sample` (the scale benchmarks' corpus): measured on
+#: `prepline sample --docs 20000 --files 2` (2026-12-06): 1,450.1 bytes of text, 700.7 bytes of zstd Parquet
+SAMPLE_TEXT_BYTES = 1450.0
+SAMPLE_DISK_BYTES = 700.7
+ROWS_PER_GROUP = 64 * 1024
+#: the scale curve's 1M files held 62,500 documents (one row group); of a worker's RSS this much is the
+#: interpreter, pyarrow and numpy (the idle `prepline run` pool process, docs/performance.md), the rest grows with the batch
+MEASURED_BATCH_DOCS = 62_500
+FIXED_MIB = 150.0
+PART_MB = 16
+SCALE_CURVE = "docs/performance.md, 'Scale curve': scripts/bench.py --memory-sizes, 1M documents, 1 worker (2026-12-03)"
+PEERS_200K = "docs/performance.md, 'The web-text stages at 200,000 documents': scripts/bench.py --peers, 2 workers, start-up included"
+PEERS_50K = "docs/performance.md, 'The web-text stages against datatrove, after two speed-ups': scripts/bench.py --peers --docs 50000, 2 workers"
+STATE_80 = "docs/performance.md, 'Memory per document, global state': 80 files at 1M documents, RSS growth per document"
+
+
+@dataclass(frozen=True)
+class StageCost:
+    name: str
+    docs_per_s: float  # one worker (one core) on the sample
+    rss_mib: float  # peak RSS of a worker at 1M documents (62,500-document files)
+    state_bytes_per_doc: float  # global state held across the corpus (sharded), bytes per document
+    reads: int  # times the stage reads its input
+    source: str
+
+
+#: the super pipeline's stages, in order (global stages, then one branch's)
+STAGES: tuple[StageCost, ...] = (
+    StageCost("doc_id", 97_081, 366, 0, 1, SCALE_CURVE),
+    StageCost("exact_dedup", 52_673, 740, 16, 2, f"{SCALE_CURVE}; state: {STATE_80}"),
+    StageCost("fuzzy_dedup", 12_234, 562, 49, 2, f"{SCALE_CURVE}; state: {STATE_80} (after the bucket change, 20:42 UTC)"),
+    # 48,500 documents in 1.92 s on 2 workers; its line-count state is not measured yet (issue 29)
+    StageCost("line_dedup", 12_630, 562, 0, 2, f"{PEERS_50K} (RSS: fuzzy_dedup's, not measured)"),
+    StageCost("lang_id", 4_980, 489, 0, 1, SCALE_CURVE),
+    StageCost("doc_quality", 7_333, 583, 0, 1, SCALE_CURVE),
+    StageCost("pii_redactor", 1_576, 764, 0, 1, SCALE_CURVE),
+    StageCost("hap", 10_335, 747, 0, 1, SCALE_CURVE),
+    StageCost("filter", 90_525, 494, 0, 1, SCALE_CURVE),
+    StageCost("tokenization", 5_098, 832, 0, 1, SCALE_CURVE),
+)
+#: opt-in web stages (docs/recipes.md), for a plan that adds them
+OPTIONAL: tuple[StageCost, ...] = (
+    StageCost("url_filter", 50_000, 271, 0, 1, PEERS_200K),
+    StageCost("c4_clean", 11_628, 500, 0, 1, f"{PEERS_50K} (RSS not measured: 500 MiB assumed)"),
+    StageCost("decontaminate", 9_174, 288, 0, 1, PEERS_200K),
+    StageCost("quality_classifier", 11_792, 519, 0, 1, PEERS_200K),
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    docs: float
+    bytes_per_doc: float
+    hours: float
+    workers: int
+    files: int
+    rows: list[dict]
+    notes: list[str]
+
+    @property
+    def wall_hours(self) -> float:
+        return sum(r["wall_h"] for r in self.rows)
+
+
+def _pow2(x: float) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1.0, x))))
+
+
+def plan(docs: float, bytes_per_doc: float = SAMPLE_TEXT_BYTES, hours: float = 24.0, worker_memory_gib: float = 8.0,
+         file_mb: float = 256.0, cluster_start_s: float = 120.0, extra: tuple[str, ...] = ()) -> Plan:
+    """The plan for ``docs`` documents of ``bytes_per_doc`` text bytes to finish in ``hours``."""
+    from prepline.errors import ConfigError
+
+    if docs < 1 or bytes_per_doc <= 0 or hours <= 0 or worker_memory_gib <= 0 or file_mb <= 0 or cluster_start_s < 0:
+        raise ConfigError("plan: docs >= 1 and positive bytes per document, hours, memory and file size are needed",
+                          "e.g. prepline plan --docs 10e9 --bytes-per-doc 3000 --hours 24")
+    known = {s.name: s for s in OPTIONAL}
+    unknown = [x for x in extra if x not in known]
+    if unknown:
+        raise ConfigError(f"plan: no measured cost for {', '.join(unknown)}", f"--add takes {', '.join(known)}")
+    stages = list(STAGES) + [known[x] for x in extra]
+    scale = bytes_per_doc / SAMPLE_TEXT_BYTES
+    core_s = [docs * scale / s.docs_per_s for s in stages]
+    budget = hours * 3600 - len(stages) * cluster_start_s
+    if budget <= 0:
+        raise ConfigError(f"plan: {hours} h leaves no time after starting {len(stages)} clusters of {cluster_start_s:.0f} s",
+                          "give more hours, or a smaller --cluster-start-s if your clusters start faster")
+    workers = max(1, math.ceil(sum(core_s) / budget))
+    disk_bytes = docs * bytes_per_doc * SAMPLE_DISK_BYTES / SAMPLE_TEXT_BYTES
+    files = max(1, math.ceil(disk_bytes / (file_mb * 2**20)))
+    docs_per_file = docs / files
+    groups = max(1, math.ceil(docs_per_file / ROWS_PER_GROUP))
+    parts = max(1, math.ceil(file_mb / PART_MB))
+    lists = math.ceil(files / 1000)
+    rows, notes = [], []
+    for s, cs in zip(stages, core_s):
+        batch = min(docs_per_file, ROWS_PER_GROUP) * bytes_per_doc / (MEASURED_BATCH_DOCS * SAMPLE_TEXT_BYTES)
+        batch_gib = (FIXED_MIB + max(0.0, s.rss_mib - FIXED_MIB) * batch) / 1024
+        state_gib = docs * s.state_bytes_per_doc / 2**30
+        room = worker_memory_gib - batch_gib
+        if room <= 0:
+            raise ConfigError(f"plan: {s.name} needs {batch_gib:.1f} GiB for a batch alone, more than --worker-memory-gib",
+                              "give workers more memory")
+        shards = max(_pow2(workers), _pow2(state_gib / room)) if state_gib else 0
+        mem = batch_gib + (state_gib / shards if shards else 0)
+        get = files * s.reads * (1 + groups) + lists * s.reads
+        put = files * (parts + 2) + files  # the parts, create and complete; a marker per file
+        rows.append({
+            "stage": s.name, "core_h": cs / 3600, "wall_h": (cs / workers + cluster_start_s) / 3600,
+            "worker_gib": mem, "shards": shards, "state_gib": state_gib,
+            "get": get, "put": put, "list": lists * s.reads,
+            "read_gb": disk_bytes * s.reads / 1e9, "written_gb": disk_bytes / 1e9, "source": s.source,
+        })
+    dd = docs * sum(s.state_bytes_per_doc for s in stages) / 2**30
+    notes.append(f"global dedup state {dd:,.0f} GiB over the corpus, spread over the shards of each dedup stage")
+    notes.append(f"{files:,} files of {file_mb:.0f} MB ({docs_per_file:,.0f} documents, {groups} row groups each); "
+                 f"the driver lists them in {lists:,} LIST pages and keeps one marker per file")
+    return Plan(docs, bytes_per_doc, hours, workers, files, rows, notes)
+
+
+def table_markdown(p: Plan) -> str:
+    """The plan as a Markdown table (what `prepline plan` prints and docs/scale.md holds)."""
+    head = ("| stage | core-hours | wall hours on " + f"{p.workers:,} workers | GiB per worker | shards | "
+            "S3 GET | S3 PUT | S3 LIST | read GB | written GB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines = [head]
+    for r in p.rows:
+        lines.append(f"| {r['stage']} | {r['core_h']:,.0f} | {r['wall_h']:,.2f} | {r['worker_gib']:.2f} | "
+                     f"{r['shards'] or '—'} | {r['get']:,} | {r['put']:,} | {r['list']:,} | {r['read_gb']:,.0f} | {r['written_gb']:,.0f} |")
+    total_core = sum(r["core_h"] for r in p.rows)
+    lines.append(f"| **total** | {total_core:,.0f} | **{p.wall_hours:,.2f}** | | | {sum(r['get'] for r in p.rows):,} | "
+                 f"{sum(r['put'] for r in p.rows):,} | {sum(r['list'] for r in p.rows):,} | "
+                 f"{sum(r['read_gb'] for r in p.rows):,.0f} | {sum(r['written_gb'] for r in p.rows):,.0f} |")
+    return "\n".join(lines)
+
+
+def sources_markdown(p: Plan) -> str:
+    return "\n".join(f"- {r['stage']}: {r['source']}" for r in p.rows)
+
+
+#: docs/scale.md's generated part lies between these lines (scripts/gen_docs.py writes it)
+BEGIN, END = "<!-- prepline plan: begin (generated by scripts/gen_docs.py from prepline.sizing) -->", "<!-- prepline plan: end -->"
+DOC_COMMAND = dict(docs=10e9, bytes_per_doc=3000.0, hours=24.0)
+
+
+def scale_block() -> str:
+    """The generated part of docs/scale.md: the 10-billion-document plan, as `prepline plan` prints it."""
+    p = plan(**DOC_COMMAND)
+    notes = "\n".join(f"- {n}" for n in p.notes)
+    return (f"{BEGIN}\n<!-- docs-test: not run: the same table is checked by scripts/gen_docs.py --check -->\n"
+            "```bash\nprepline plan --docs 10e9 --bytes-per-doc 3000 --hours 24\n```\n\n"
+            f"{p.docs:,.0f} documents of {p.bytes_per_doc:,.0f} bytes, done in {p.hours:g} h: **{p.workers:,} one-core workers "
+            f"per stage**, {p.wall_hours:.1f} h of wall time.\n\n{table_markdown(p)}\n\n{notes}\n\nWhere each stage's constants "
+            f"come from:\n\n{sources_markdown(p)}\n{END}")
+
+
+def render_scale_doc(text: str) -> str:
+    """docs/scale.md with its generated part replaced (appended when the markers are missing)."""
+    if BEGIN in text and END in text:
+        head, _, rest = text.partition(BEGIN)
+        _, _, tail = rest.partition(END)
+        return f"{head}{scale_block()}{tail}"
+    return text.rstrip("\n") + "\n\n" + scale_block() + "\n"
