@@ -118,7 +118,7 @@ def read_metadata(path: str) -> StageMetadata:
     except json.JSONDecodeError as e:
         raise InputError(f"{loc.uri}/metadata.json is not JSON ({e.msg} at char {e.pos})",
                          "rerun the stage (metadata.json is written atomically, so this file was not written by prepline)") from None
-    return _stage_metadata(meta, loc.uri)
+    return _stage_metadata(metadata.join_files(loc, meta), loc.uri)
 
 
 def run(transform: str, input: str, output: str, *, params: dict | None = None, runtime: str = "local", workers: int = 0,

@@ -252,7 +252,7 @@ def _resume_or_refuse(run: _Run) -> RunResult | None:
     if prior and prior.get("status") == "success" and prior.get("fingerprint") == run.fingerprint and run_json is None:
         log.info("output %s is already complete (same input and parameters): nothing to do", out.uri)
         _clear(out, WORK)  # what a run killed while cleaning up left behind
-        return RunResult(prior, out.uri, resumed=True)
+        return RunResult(metadata.join_files(out, prior), out.uri, resumed=True)
     if run_json is not None and run_json.get("fingerprint") != run.fingerprint:
         _refuse_changed_input(run, run_json)
         raise OutputError(
@@ -499,7 +499,10 @@ def _describe(transform: Transform, meta: dict) -> None:
 def _write_metadata(run: _Run, meta: dict) -> None:
     """metadata.json, last. When the output cannot take it, a failed run still fails with its own error."""
     try:
-        run.out.write_bytes("metadata.json", json.dumps(meta, indent=2, sort_keys=False, default=list, allow_nan=False).encode())
+        doc, detail = metadata.split_files(meta)
+        if detail is not None:  # before metadata.json, which names it
+            run.out.write_bytes(metadata.FILES_DETAIL, detail)
+        run.out.write_bytes("metadata.json", json.dumps(doc, indent=2, sort_keys=False, default=list, allow_nan=False).encode())
     except Exception as e:  # noqa: BLE001
         err = as_error(e, run.out.uri)
         if run.fatal is None:

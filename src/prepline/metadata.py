@@ -16,6 +16,39 @@ from prepline.errors import RunFailed
 from prepline.runtime import allocator
 
 SCHEMA_VERSION = 1
+#: a run over more input files than this keeps their per-file detail out of metadata.json, in FILES_DETAIL
+#: (one JSON object a line; hidden from the next stage's input listing): a 100k-file metadata.json is not
+#: a file a person opens
+FILES_INLINE = 1000
+FILES_DETAIL = "_files.jsonl"
+
+
+def split_files(meta: dict) -> tuple[dict, bytes | None]:
+    """(metadata.json's document, the per-file detail file's bytes or None): with more than
+    FILES_INLINE files, ``files`` becomes {} and ``files_detail`` says where the detail is."""
+    import json
+
+    files = meta.get("files") or {}
+    if len(files) <= FILES_INLINE:
+        return meta, None
+    doc = {**meta, "files": {}, "files_detail": {"path": FILES_DETAIL, "files": len(files)}}
+    body = "".join(json.dumps({"file": rel, **detail}, default=list, allow_nan=False) + "\n" for rel, detail in files.items())
+    return doc, body.encode()
+
+
+def join_files(loc, meta: dict | None) -> dict | None:
+    """A metadata.json document with its per-file detail read back from ``files_detail`` (if any)."""
+    import json
+
+    detail = (meta or {}).get("files_detail")
+    if not detail or meta.get("files"):
+        return meta
+    files = {}
+    for line in (loc.read_text(detail["path"]) or "").splitlines():
+        if line.strip():
+            d = json.loads(line)
+            files[d.pop("file")] = d
+    return {**meta, "files": files}
 _PACKAGES = ("prepline", "pyarrow", "numpy", "duckdb", "ray", "s3fs", "boto3")
 
 

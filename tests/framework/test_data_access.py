@@ -705,3 +705,38 @@ def test_page_checksums_are_written_and_a_corrupted_page_fails_its_file(tmp_path
         read_checked(loc, FileTask(str(tmp_path / "a.parquet"), "a.parquet", len(raw)), T(), None)
     loc.write_parquet("b.parquet", table)  # prepline's own files carry page checksums
     assert _pq.ParquetFile(tmp_path / "b.parquet").metadata.row_group(0).column(0).statistics is not None
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_many_files_keep_their_detail_out_of_metadata_json(tmp_path, monkeypatch, where, request):
+    """Past FILES_INLINE input files, metadata.json keeps totals and names _files.jsonl, which holds one
+    line per file; read_metadata, a resumed run and the in-memory result still see every file, and the
+    next stage does not take _files.jsonl as input (hidden)."""
+    from prepline import metadata
+    from prepline.api import read_metadata
+
+    monkeypatch.setattr(metadata, "FILES_INLINE", 2)
+    corpus = tmp_path / "in"
+    for i in range(3):
+        write_parquet(corpus, f"p{i}.parquet", {"contents": [f"doc {i} a", f"doc {i} b"]})
+    out = str(tmp_path / "out")
+    if where == "s3":
+        bucket = request.getfixturevalue("s3_bucket")
+        c = s3_client()
+        for p in sorted(corpus.rglob("*.parquet")):
+            c.put_object(Bucket=bucket, Key=f"in/{p.name}", Body=p.read_bytes())
+        src, out = f"s3://{bucket}/in", f"s3://{bucket}/out"
+    else:
+        src = str(corpus)
+    res = run_transform("doc_id", {}, RunOptions(input=src, output=out, workers=1, progress=False))
+    assert sorted(res.metadata["files"]) == ["p0.parquet", "p1.parquet", "p2.parquet"]
+    loc = open_location(out)
+    doc = json.loads(loc.read_text("metadata.json"))
+    assert doc["files"] == {} and doc["files_detail"] == {"path": "_files.jsonl", "files": 3}
+    lines = [json.loads(x) for x in loc.read_text("_files.jsonl").splitlines()]
+    assert [x["file"] for x in lines] == ["p0.parquet", "p1.parquet", "p2.parquet"] and all(x["docs_in"] == 2 for x in lines)
+    assert read_metadata(out).files == res.metadata["files"]
+    again = run_transform("doc_id", {}, RunOptions(input=src, output=out, workers=1, progress=False))
+    assert again.resumed and again.metadata["files"] == res.metadata["files"]
+    nxt = run_transform("filter", {"criteria": ["doc_id >= 0"]}, RunOptions(input=out, output=out + "2", workers=1, progress=False))
+    assert nxt.metadata["totals"]["files"] == 3 and nxt.metadata["totals"]["docs_in"] == 6
