@@ -580,6 +580,37 @@ class RemoteLocation(Location):
             f.close()
 
 
+def read_range(loc: "RemoteLocation", rel: str, lo: int, hi: int, tag: str = "") -> bytes:
+    """Bytes ``[lo, hi)`` of an object, one ranged GET. On S3, with ``tag`` its ETag (``ETag=...``, as
+    :func:`remote_tag` gives it), the GET carries ``If-Match``: an object replaced since the tag was
+    read answers 412 and fails with an InputError instead of returning bytes of another version."""
+    what = f"reading {loc.path(rel)}"
+    if loc.scheme in ("s3", "s3a") and tag.startswith("ETag="):
+        import fsspec.asyn
+
+        etag = tag[len("ETag="):]
+
+        async def get() -> bytes:
+            resp = await loc.fs._call_s3("get_object", Bucket=loc.bucket, Key=loc.key(rel), Range=f"bytes={lo}-{hi - 1}",
+                                         IfMatch=f'"{etag}"')
+            try:
+                return await resp["Body"].read()
+            finally:
+                resp["Body"].close()
+
+        try:
+            with _translated(what, loc):
+                return fsspec.asyn.sync(loc.fs.loop, get)
+        except Exception as e:  # noqa: BLE001 - the precondition is ours to explain; the rest is translated
+            text = f"{e} {getattr(e, '__cause__', '')}"
+            if "PreconditionFailed" in text or "412" in text:
+                raise InputError(f"{loc.path(rel)} changed while it was read (its ETag is no longer {etag})",
+                                 "rerun the job: it reads the new version from the start") from None
+            raise
+    with _translated(what, loc):
+        return loc.fs.cat_file(loc._p(rel), start=lo, end=hi)
+
+
 class _TranslatingReader:
     """A read-only file that turns the store's errors into prepline's (transient or not)."""
 

@@ -224,8 +224,11 @@ def test_inputs_with_different_tokenizers(tokens, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.s3
-def test_reads_and_writes_s3(tokens, tmp_path, s3_bucket):
+def test_reads_and_writes_s3(tokens, tmp_path, s3_bucket, monkeypatch):
     from prepline.data_access import open_location
+
+    monkeypatch.setenv("PREPLINE_TOKEN_CACHE", str(tmp_path / "token-cache"))
+    monkeypatch.setenv("PREPLINE_TOKEN_BLOCK_MB", "0.0625")  # 64 KiB blocks: several per input
 
     dst = open_location(f"s3://{s3_bucket}/run/lang=en/tokenization")
     for p in (tokens / "tokens").rglob("*"):
@@ -240,3 +243,8 @@ def test_reads_and_writes_s3(tokens, tmp_path, s3_bucket):
     assert json.loads(loc.read_text("metrics.json"))["final_loss"] == s["final_loss"]
     local = train([str(tokens)], str(tmp_path / "local"), {**FAST, "steps": 3, "checkpoint_every": 2}, out=io.StringIO())
     assert local["final_loss"] == s["final_loss"]  # same data, same seed: same run wherever it is stored
+    # read in ranges (not the whole .bin), through the node's cache: a second job reads nothing from S3
+    reads = s["data_reads"]
+    assert reads["remote_inputs"] == 1 and reads["gets"] >= 1 and 0 <= s["data_wait_share"] < 1
+    again = train([dst.uri], f"s3://{s3_bucket}/run/fine_tune2", {**FAST, "steps": 3, "checkpoint_every": 2}, out=io.StringIO())
+    assert again["data_reads"]["gets"] == 0 and again["data_reads"]["cache_hits"] > 0 and again["final_loss"] == s["final_loss"]

@@ -144,15 +144,21 @@ def document_stream(values: np.ndarray, counts: np.ndarray, eos_id: int, dtype: 
 class Dataset:
     """One prefix (``<name>.bin`` + ``<name>.idx`` in ``loc``), checked; local data is memory-mapped.
 
-    ``tokens`` is the whole ``.bin`` as one array (the stream); ``doc(i)`` a document's ids.
+    ``tokens`` is the whole ``.bin`` as one array (the stream); ``doc(i)`` a document's ids. With
+    ``stream`` a remote ``.bin`` is a :class:`prepline.tokens.cache.RemoteStream` (read in ranges).
     """
 
-    def __init__(self, loc: Location, name: str, mmap: bool = True):
+    def __init__(self, loc: Location, name: str, mmap: bool = True, stream: bool = False):
         self.where = loc.path(name)
         try:
             self.index = parse_index(loc.read_bytes(idx_name(name)), loc.path(idx_name(name)))
             local = "://" not in loc.uri
-            if local and mmap:
+            if not local and stream:  # read in ranges through the node's cache (prepline.tokens.cache)
+                from prepline.tokens.cache import RemoteStream
+
+                self.tokens = RemoteStream(loc, bin_name(name), self.index.dtype)
+                size = self.tokens.nbytes
+            elif local and mmap:
                 size = os.path.getsize(loc.path(bin_name(name)))
                 n = size // self.index.dtype.itemsize
                 self.tokens = np.memmap(loc.path(bin_name(name)), self.index.dtype, "r", shape=(n,)) if n else np.zeros(0, self.index.dtype)

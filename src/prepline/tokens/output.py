@@ -161,11 +161,12 @@ def read_token_index(path: str) -> dict:
     return index
 
 
-def open_tokens(path: str, mmap: bool = True) -> tuple[dict, Dataset]:
-    """(index.json, the dataset) of a tokenization output, checked against each other."""
+def open_tokens(path: str, mmap: bool = True, stream: bool = False) -> tuple[dict, Dataset]:
+    """(index.json, the dataset) of a tokenization output, checked against each other; with ``stream``
+    a remote one's ids are read in ranges through the node's cache (prepline.tokens.cache)."""
     index = read_token_index(path)
     loc = tokens_location(path)
-    ds = Dataset(loc, index["prefix"], mmap)
+    ds = Dataset(loc, index["prefix"], mmap, stream)
     if (len(ds), ds.index.num_tokens, ds.index.dtype.name) != (index["num_documents"], index["num_tokens"], index["dtype"]):
         raise InputError(f"{loc.path(index['prefix'])}: {len(ds)} documents, {ds.index.num_tokens} tokens, {ds.index.dtype.name}; "
                          f"index.json says {index['num_documents']}, {index['num_tokens']}, {index['dtype']}",

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +69,8 @@ class TokenData:
         self.tokenizer_sha256 = shas[0] if len(shas) == 1 else None
         self.eos_id = self.vocabularies[0]["eos_id"] if len(shas) == 1 else None
         self._perm: tuple[int, np.ndarray] | None = None
+        self._prefetch: threading.Thread | None = None
+        self.wait_seconds = 0.0  # in batch(): what the steps waited for their data
 
     def _vocabularies(self, shas: list[str]) -> list[dict]:
         """One vocabulary per distinct tokenizer, in input order (a single one: offset 0)."""
@@ -109,14 +114,53 @@ class TokenData:
             self._perm = (epoch, np.random.default_rng([seed, epoch]).permutation(self.num_windows))
         return self._perm[1]
 
-    def batch(self, step: int, batch_size: int, seed: int, part: slice = slice(None)) -> np.ndarray:
-        """The windows of optimizer step ``step`` (1-based): a function of the step and the seed only."""
-        ids = range((step - 1) * batch_size, step * batch_size)[part]
-        out = np.empty((len(ids), self.seq_len + 1), np.int64)
-        for j, g in enumerate(ids):
+    def _windows(self, step: int, batch_size: int, seed: int, part: slice) -> list[int]:
+        out = []
+        for g in range((step - 1) * batch_size, step * batch_size)[part]:
             epoch, pos = divmod(g, self.num_windows)
-            self.window(int(self._order(epoch, seed)[pos]), out[j])
+            out.append(int(self._order(epoch, seed)[pos]))
         return out
+
+    def batch(self, step: int, batch_size: int, seed: int, part: slice = slice(None)) -> np.ndarray:
+        """The windows of optimizer step ``step`` (1-based): a function of the step and the seed only.
+        The time it takes is counted in ``wait_seconds`` (the step waits for it)."""
+        t0 = time.perf_counter()
+        wins = self._windows(step, batch_size, seed, part)
+        out = np.empty((len(wins), self.seq_len + 1), np.int64)
+        for j, w in enumerate(wins):
+            self.window(w, out[j])
+        self.wait_seconds += time.perf_counter() - t0
+        return out
+
+    def prefetch(self, step: int, batch_size: int, seed: int, part: slice = slice(None)) -> None:
+        """Read the blocks of step ``step``'s windows into the node's cache in a background thread, while
+        the current step computes (remote inputs with the cache on; nothing otherwise)."""
+        remote = [s for s in self.sources if hasattr(s.stream, "blocks_of") and s.stream.cache.enabled]
+        if not remote or (self._prefetch is not None and self._prefetch.is_alive()):
+            return
+
+        def warm() -> None:
+            try:
+                for w in self._windows(step, batch_size, seed, part):
+                    i = int(np.searchsorted(self.offsets, w, side="right")) - 1
+                    src, start = self.sources[i], (w - int(self.offsets[i])) * self.seq_len
+                    if hasattr(src.stream, "blocks_of"):
+                        for b in src.stream.blocks_of(start, start + self.seq_len + 1):
+                            src.stream.warm(b)
+            except Exception:  # noqa: BLE001 - the step's own read meets the error and reports it
+                return
+
+        self._prefetch = threading.Thread(target=warm, name="prepline-prefetch", daemon=True)
+        self._prefetch.start()
+
+    def stream_stats(self) -> dict:
+        """The remote inputs' reads: GETs, seconds in them, and the node cache's hits and misses."""
+        remote = [s.stream for s in self.sources if hasattr(s.stream, "blocks_of")]
+        caches = list({id(r.cache): r.cache for r in remote}.values())
+        return {"remote_inputs": len(remote), "gets": sum(r.gets for r in remote),
+                "get_seconds": round(sum(r.wait_seconds for r in remote), 3),
+                "cache_hits": sum(c.hits for c in caches), "cache_misses": sum(c.misses for c in caches),
+                "cache_corrupt": sum(c.corrupt for c in caches)}
 
     def tokenizer_files(self) -> dict[str, bytes]:
         """What goes next to the model: ``tokenizer.json`` (one vocabulary), or ``tokenizer-<k>.json``
@@ -143,5 +187,6 @@ class TokenData:
 
 
 def _open(uri: str) -> tuple[dict, np.ndarray]:
-    index, ds = open_tokens(uri)  # InputError naming the path when it is not a tokenization output
+    # InputError naming the path when it is not a tokenization output; s3:// in ranges through the node's cache
+    index, ds = open_tokens(uri, stream=os.environ.get("PREPLINE_TOKEN_STREAM", "1") != "0")
     return index, ds.tokens

@@ -236,6 +236,8 @@ def _step(run: _Run, train_model, model, opt, step: int, part: slice) -> tuple[f
 
     cfg = run.cfg
     batch = torch.from_numpy(run.data.batch(step, cfg.batch_size, cfg.seed, part))
+    if step < cfg.steps:
+        run.data.prefetch(step + 1, cfg.batch_size, cfg.seed, part)  # remote inputs: read while this step computes
     lr = _lr_at(cfg, step)
     for g in opt.param_groups:
         g["lr"] = lr
@@ -283,6 +285,9 @@ def _summary(run: _Run, lm: LoadedModel, progress: Progress, resumed_from: int, 
         "min_loss": min(losses),
         "tokens_seen": progress.tokens_seen,
         "tokens_per_s": round(progress.tokens_seen / secs, 1) if secs else None,
+        "data_wait_seconds": round(data.wait_seconds, 3),  # this process's steps waiting for their batch
+        "data_wait_share": round(data.wait_seconds / loop_seconds, 4) if loop_seconds else None,
+        "data_reads": data.stream_stats(),
         "train_seconds": round(secs, 3),
         "seconds_this_process": round(time.perf_counter() - run.t_start, 3),
         "loop_seconds_this_process": round(loop_seconds, 3),
