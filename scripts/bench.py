@@ -138,10 +138,23 @@ def main() -> int:
     ap.add_argument("--skip-install", action="store_true", help="--peers: use .venv-peers/ as it is")
     ap.add_argument("--peer-tools", default="dpk,datatrove", help="--peers: which peers to run")
     ap.add_argument("--rescore", default="", help="--peers: score the outputs of the run whose --json is given again")
+    ap.add_argument("--train-loading", action="store_true",
+                    help="the fine-tune's data wait from S3 (moto behind a latency proxy), epoch 1 vs 2, node cache vs none "
+                         "(benchmarks/train_loading.py)")
+    ap.add_argument("--latency-ms", type=float, default=30.0, help="--train-loading: delay of every S3 request")
     args = ap.parse_args()
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     if args.peers:
         return peers(args)
+    if args.train_loading:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import train_loading
+
+        res = train_loading.run(args.latency_ms, log=lambda m: print(m, file=sys.stderr))
+        print(train_loading.table(res))
+        if args.json:
+            Path(args.json).write_text(json.dumps(res, indent=2))
+        return 0
 
     from prepline import registry
 

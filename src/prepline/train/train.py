@@ -211,13 +211,14 @@ def _loop(run: _Run, lm: LoadedModel, opt, progress: Progress, on_step: Callable
     start = progress.step
     t_loop = time.perf_counter()
     for step in range(start + 1, cfg.steps + 1):
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), run.data.wait_seconds
         lr, loss = _step(run, train_model, model, opt, step, part)
         dt = time.perf_counter() - t0
         progress.step = step
         progress.train_seconds += dt
         progress.tokens_seen += cfg.batch_size * run.seq_len
         rec = {"step": step, "loss": round(loss, 6), "lr": lr, "tokens": progress.tokens_seen, "seconds": round(dt, 4),
+               "data_wait_s": round(run.data.wait_seconds - w0, 5),
                "tokens_per_s": round(cfg.batch_size * run.seq_len / dt, 1) if dt > 0 else None}
         progress.records.append(rec)
         if step % cfg.log_every == 0 or step == start + 1 or step == cfg.steps:
