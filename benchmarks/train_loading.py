@@ -95,7 +95,7 @@ def _shares(lines: list[dict], steps_per_epoch: int) -> list[dict]:
     return out
 
 
-def run(latency_ms: float = 30.0, docs: int = 400, block_mb: float = 0.25, log=print) -> dict:
+def run(latency_ms: float = 30.0, docs: int = 400, block_mb: float = 0.03125, log=print) -> dict:
     from prepline.data_access import open_location, s3_client
     from prepline.engine import RunOptions, run_transform
     from prepline.sample import build_sample
@@ -105,8 +105,10 @@ def run(latency_ms: float = 30.0, docs: int = 400, block_mb: float = 0.25, log=p
     proc, port = start_moto()
     proxy = LatencyProxy(port, latency_ms / 1000)
     env = {"PREPLINE_S3_ENDPOINT": f"http://127.0.0.1:{proxy.port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1", "PREPLINE_TOKEN_BLOCK_MB": str(block_mb)}
-    old = {k: os.environ.get(k) for k in list(env) + ["PREPLINE_TOKEN_CACHE", "PREPLINE_TOKEN_CACHE_GB"]}
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1", "PREPLINE_TOKEN_BLOCK_MB": str(block_mb),
+           # two blocks in memory: the token data (a few hundred kB here) must not fit, as a real corpus would not
+           "PREPLINE_TOKEN_RECENT_MB": str(2 * block_mb)}
+    old = {k: os.environ.get(k) for k in [*env, "PREPLINE_TOKEN_CACHE", "PREPLINE_TOKEN_CACHE_GB"]}
     os.environ.update(env)
     try:
         build_sample(str(work / "sample"), docs=docs, files=2)

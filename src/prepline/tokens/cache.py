@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,8 @@ from prepline.errors import ConfigError, InputError
 log = logging.getLogger("prepline.tokens")
 
 DEFAULT_DIR = "/tmp/prepline-token-cache"
+#: bytes of recently read blocks a stream keeps in memory (PREPLINE_TOKEN_RECENT_MB; one block without the cache)
+RECENT_BYTES = 64 << 20
 
 
 def _env_float(name: str, default: float) -> float:
@@ -145,6 +148,11 @@ class RemoteStream:
         self.gets = 0
         self.wait_seconds = 0.0
         self._lock = threading.Lock()
+        # the last blocks read, in memory (up to RECENT_BYTES): consecutive windows share a block, and
+        # reading it from the cache directory again (a file and its CRC) for each one cost ~6 % of step time
+        self._recent: OrderedDict[int, bytes] = OrderedDict()
+        recent = int(_env_float("PREPLINE_TOKEN_RECENT_MB", RECENT_BYTES / 2**20) * 2**20)
+        self._recent_max = max(2, recent // self.block) if self.cache.enabled else 1
 
     def __len__(self) -> int:
         return self.size
@@ -169,9 +177,21 @@ class RemoteStream:
         """Block ``k`` into the cache (a prefetch)."""
         lo = k * self.block
         if self.cache.get(self.uri, self.etag, k, min(self.block, self.nbytes - lo), count=False) is None:
-            self._block(k)
+            self._fetch(k)
 
     def _block(self, k: int) -> bytes:
+        with self._lock:
+            if k in self._recent:
+                self._recent.move_to_end(k)
+                return self._recent[k]
+        data = self._fetch(k)
+        with self._lock:
+            self._recent[k] = data
+            while len(self._recent) > self._recent_max:
+                self._recent.popitem(last=False)
+        return data
+
+    def _fetch(self, k: int) -> bytes:
         lo = k * self.block
         length = min(self.block, self.nbytes - lo)
         data = self.cache.get(self.uri, self.etag, k, length)
