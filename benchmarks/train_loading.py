@@ -15,7 +15,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -23,31 +22,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the tests' moto starter, as scripts/faults.py uses it
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_moto() -> tuple[subprocess.Popen, int]:
-    import socket
-
-    port = _free_port()
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return proc, port
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("moto_server did not start")
+from conftest import _free_port, start_moto  # noqa: E402
 
 
 class LatencyProxy:
@@ -102,8 +79,8 @@ def run(latency_ms: float = 30.0, docs: int = 400, block_mb: float = 0.03125, lo
     from prepline.train import train
 
     work = Path(tempfile.mkdtemp(prefix="prepline-train-loading-"))
-    proc, port = start_moto()
-    proxy = LatencyProxy(port, latency_ms / 1000)
+    proc, endpoint = start_moto()
+    proxy = LatencyProxy(int(endpoint.rsplit(":", 1)[1]), latency_ms / 1000)
     env = {"PREPLINE_S3_ENDPOINT": f"http://127.0.0.1:{proxy.port}", "AWS_ACCESS_KEY_ID": "testing",
            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1", "PREPLINE_TOKEN_BLOCK_MB": str(block_mb),
            # two blocks in memory: the token data (a few hundred kB here) must not fit, as a real corpus would not

@@ -110,33 +110,23 @@ def tokens(arr: pa.Array, unit: str) -> pa.ListArray:
     return out
 
 
-def _ragged_take(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Positions of the items of ``rows`` (in order) in a flat list array with ``offsets``."""
-    lens = (offsets[1:] - offsets[:-1])[rows]
+def _ragged_take(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Positions, in order, of ``lens[i]`` consecutive items from ``starts[i]`` for every i."""
     total = int(lens.sum())
     if not total:
         return np.zeros(0, dtype=np.int64)
     ends = np.cumsum(lens)
     # each item's position = its row's start + its rank in the row
-    return np.repeat(offsets[:-1][rows] - (ends - lens), lens) + np.arange(total, dtype=np.int64)
+    return np.repeat(starts - (ends - lens), lens) + np.arange(total, dtype=np.int64)
 
 
-def window_hashes(ids: np.ndarray, n: int, starts: np.ndarray | None = None) -> np.ndarray:
-    """The 64-bit hash of every window of n consecutive ids (len(ids) - n + 1 of them), or of the
-    windows at ``starts`` only (gathered: a tenth of a web text's windows hold only known tokens)."""
-    m = len(ids) - n + 1
-    if starts is not None:
-        h = np.zeros(len(starts), dtype=np.uint64)
-        with np.errstate(over="ignore"):
-            for k in range(n):
-                h = h * _MULT + ids[starts + k]
-        return h
-    h = np.zeros(max(m, 0), dtype=np.uint64)
-    if m <= 0:
-        return h
+def window_hashes(ids: np.ndarray, n: int, starts: np.ndarray) -> np.ndarray:
+    """The 64-bit hash of the windows of n consecutive ids that start at ``starts`` (gathered: only the
+    windows that can match are hashed, a tenth of a web text's)."""
+    h = np.zeros(len(starts), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for k in range(n):
-            h = h * _MULT + ids[k:k + m]
+            h = h * _MULT + ids[starts + k]
     return h
 
 
@@ -195,10 +185,9 @@ class Index:
         self.lookup = pc.SetLookupOptions(value_set=self.vocab)
         self.ids = self._ids(flat)
         doc = np.repeat(np.arange(len(all_texts), dtype=np.int64), np.diff(toks.offsets.to_numpy()))
-        h = window_hashes(self.ids, n)
-        ok = valid_windows(self.ids, doc, n)
-        start = np.flatnonzero(ok)
-        h, sets_ = h[ok], set_of[doc[start]] if len(start) else np.zeros(0, dtype=np.int64)
+        start = np.flatnonzero(valid_windows(self.ids, doc, n))
+        h = window_hashes(self.ids, n, start)
+        sets_ = set_of[doc[start]] if len(start) else np.zeros(0, dtype=np.int64)
         order = np.lexsort((sets_, h))  # by hash, then set order: the first entry of a hash is its first set
         h, start, sets_ = h[order], start[order], sets_[order]
         keep = np.concatenate([[True], h[1:] != h[:-1]]) if len(h) else np.zeros(0, dtype=bool)
@@ -223,22 +212,18 @@ class Index:
         codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         piece_doc = pc.list_parent_indices(pieces).to_numpy().astype(np.int64)
         sub = tokens(enc.dictionary, "words")  # each distinct piece: its tokens
-        sub_ids = self._ids(sub.flatten())
-        at = _ragged_take(sub.offsets.to_numpy().astype(np.int64), codes)
-        lens = np.diff(sub.offsets.to_numpy().astype(np.int64))[codes]
-        return sub_ids[at], np.repeat(piece_doc, lens)
+        off = sub.offsets.to_numpy().astype(np.int64)
+        lens = np.diff(off)[codes]
+        return self._ids(sub.flatten())[_ragged_take(off[:-1][codes], lens)], np.repeat(piece_doc, lens)
 
     def match(self, arr: pa.Array, unit: str) -> tuple[np.ndarray, list]:
         """Per document: the index of the matched set (-1: clean), and the matched n-grams' text (None:
         clean). In slices of about MATCH_BYTES of text: the token arrays stay bounded whatever the batch."""
-        sizes = np.asarray(pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        total = int(sizes.sum())
-        if len(arr) < 2 or total <= MATCH_BYTES:
+        parts = ts.byte_slices(arr, MATCH_BYTES)
+        if len(parts) == 1:
             return self._match(arr, unit)
-        cuts = np.searchsorted(np.cumsum(sizes), np.arange(MATCH_BYTES, total, MATCH_BYTES), side="right")
-        bounds = np.unique(np.concatenate([[0], cuts, [len(arr)]])).tolist()
-        parts = [self._match(arr.slice(a, b - a), unit) for a, b in zip(bounds[:-1], bounds[1:])]
-        return np.concatenate([f for f, _ in parts]), [g for _, gs in parts for g in gs]
+        found = [self._match(arr.slice(a, b - a), unit) for a, b in parts]
+        return np.concatenate([f for f, _ in found]), [g for _, gs in found for g in gs]
 
     def _match(self, arr: pa.Array, unit: str) -> tuple[np.ndarray, list]:
         ndocs, n = len(arr), self.n

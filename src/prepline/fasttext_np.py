@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from prepline.hashing import utf8_bytes
+from prepline.textstats import byte_slices
 
 EOS = "</s>"
 NGRAM_MUL = np.uint64(116049371)
@@ -126,13 +127,10 @@ class LinearFastText:
         stay bounded whatever the batch: a 25,000-document batch took the worker to 1.28 GB."""
         if isinstance(lines, pa.ChunkedArray):
             lines = lines.combine_chunks()
-        sizes = np.asarray(pc.fill_null(pc.binary_length(lines), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
-        total = int(sizes.sum())
-        if len(lines) < 2 or total <= CHUNK_BYTES:
+        parts = byte_slices(lines, CHUNK_BYTES)
+        if len(parts) == 1:
             return self._proba(lines)
-        cuts = np.searchsorted(np.cumsum(sizes), np.arange(CHUNK_BYTES, total, CHUNK_BYTES), side="right")
-        bounds = np.unique(np.concatenate([[0], cuts, [len(lines)]]))
-        return np.concatenate([self._proba(lines.slice(a, b - a)) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())])
+        return np.concatenate([self._proba(lines.slice(a, b - a)) for a, b in parts])
 
     def _proba(self, lines: pa.Array) -> np.ndarray:
         n = len(lines)

@@ -136,6 +136,18 @@ def codepoints(text: pa.Array, drop_whitespace: bool = True) -> Tokens:
     return Tokens(cp.astype(np.uint32), doc, _starts(doc, n), np.ones(len(cp), dtype=np.int64))
 
 
+def byte_slices(arr: pa.Array, max_bytes: int) -> list[tuple[int, int]]:
+    """Consecutive row ranges ``[a, b)`` of a string column holding about ``max_bytes`` of text each
+    (one range when the whole column fits): a batch worked on in slices keeps its token arrays bounded."""
+    sizes = np.asarray(pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    total = int(sizes.sum())
+    if len(arr) < 2 or total <= max_bytes:
+        return [(0, len(arr))]
+    cuts = np.searchsorted(np.cumsum(sizes), np.arange(max_bytes, total, max_bytes), side="right")
+    bounds = np.unique(np.concatenate([[0], cuts, [len(arr)]])).tolist()
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
 def per_doc(tokens: Tokens, mask: np.ndarray | pa.Array | None = None, weights: np.ndarray | None = None) -> np.ndarray:
     """Per-document count (or weighted sum) of the tokens selected by ``mask`` (all if None)."""
     doc = tokens.doc

@@ -68,7 +68,12 @@ class BlockCache:
     def _dir(self, uri: str, etag: str) -> Path:
         return self.root / hashlib.sha256(f"{uri}\n{etag}".encode()).hexdigest()[:32]
 
-    def get(self, uri: str, etag: str, block: int, length: int, count: bool = True) -> bytes | None:
+    def has(self, uri: str, etag: str, block: int) -> bool:
+        """Whether block ``block`` is kept (not checked: :meth:`get` checks it when it is read)."""
+        d = self._dir(uri, etag)
+        return self.enabled and d.is_dir() and any(d.glob(f"{block:08d}.*.blk"))
+
+    def get(self, uri: str, etag: str, block: int, length: int) -> bytes | None:
         if not self.enabled:
             return None
         d = self._dir(uri, etag)
@@ -79,7 +84,7 @@ class BlockCache:
                 continue
             if len(data) == length and f"{zlib.crc32(data):08x}" == p.name.split(".")[1]:
                 with self._lock:
-                    self.hits += count
+                    self.hits += 1
                 try:
                     os.utime(p)  # recently used
                 except FileNotFoundError:
@@ -90,7 +95,7 @@ class BlockCache:
             log.warning("token cache: %s is corrupt (length or CRC-32 differs); reading the block again", p)
             p.unlink(missing_ok=True)
         with self._lock:
-            self.misses += count
+            self.misses += 1
         return None
 
     def put(self, uri: str, etag: str, block: int, data: bytes) -> None:
@@ -175,8 +180,7 @@ class RemoteStream:
 
     def warm(self, k: int) -> None:
         """Block ``k`` into the cache (a prefetch)."""
-        lo = k * self.block
-        if self.cache.get(self.uri, self.etag, k, min(self.block, self.nbytes - lo), count=False) is None:
+        if not self.cache.has(self.uri, self.etag, k):
             self._fetch(k)
 
     def _block(self, k: int) -> bytes:

@@ -30,6 +30,11 @@ class _Source:
     stream: np.ndarray  # the .bin, memory-mapped locally
     offset: int = 0  # added to every id (mixed_tokenizers='separate')
 
+    @property
+    def remote(self) -> bool:
+        """Read in ranges through the node's cache (prepline.tokens.cache.RemoteStream)."""
+        return hasattr(self.stream, "blocks_of")
+
     def take(self, start: int, length: int, out: np.ndarray) -> None:
         """``out[:length] = stream[start : start + length] + offset``."""
         out[:length] = self.stream[start : start + length]
@@ -104,10 +109,14 @@ class TokenData:
             h.update(json.dumps([s.index["tokenizer_sha256"], s.offset, s.index["bin_sha256"], s.index["idx_sha256"]]).encode())
         return h.hexdigest()
 
-    def window(self, g: int, out: np.ndarray) -> None:
+    def _locate(self, g: int) -> tuple[_Source, int]:
+        """The source of global window ``g`` and the window's first token in it."""
         i = int(np.searchsorted(self.offsets, g, side="right")) - 1
-        k = g - int(self.offsets[i])
-        self.sources[i].take(k * self.seq_len, self.seq_len + 1, out)
+        return self.sources[i], (g - int(self.offsets[i])) * self.seq_len
+
+    def window(self, g: int, out: np.ndarray) -> None:
+        src, start = self._locate(g)
+        src.take(start, self.seq_len + 1, out)
 
     def _order(self, epoch: int, seed: int) -> np.ndarray:
         if self._perm is None or self._perm[0] != epoch:
@@ -135,16 +144,15 @@ class TokenData:
     def prefetch(self, step: int, batch_size: int, seed: int, part: slice = slice(None)) -> None:
         """Read the blocks of step ``step``'s windows into the node's cache in a background thread, while
         the current step computes (remote inputs with the cache on; nothing otherwise)."""
-        remote = [s for s in self.sources if hasattr(s.stream, "blocks_of") and s.stream.cache.enabled]
+        remote = [s for s in self.sources if s.remote and s.stream.cache.enabled]
         if not remote or (self._prefetch is not None and self._prefetch.is_alive()):
             return
 
         def warm() -> None:
             try:
                 for w in self._windows(step, batch_size, seed, part):
-                    i = int(np.searchsorted(self.offsets, w, side="right")) - 1
-                    src, start = self.sources[i], (w - int(self.offsets[i])) * self.seq_len
-                    if hasattr(src.stream, "blocks_of"):
+                    src, start = self._locate(w)
+                    if src.remote:
                         for b in src.stream.blocks_of(start, start + self.seq_len + 1):
                             src.stream.warm(b)
             except Exception:  # noqa: BLE001 - the step's own read meets the error and reports it
@@ -155,7 +163,7 @@ class TokenData:
 
     def stream_stats(self) -> dict:
         """The remote inputs' reads: GETs, seconds in them, and the node cache's hits and misses."""
-        remote = [s.stream for s in self.sources if hasattr(s.stream, "blocks_of")]
+        remote = [s.stream for s in self.sources if s.remote]
         caches = list({id(r.cache): r.cache for r in remote}.values())
         return {"remote_inputs": len(remote), "gets": sum(r.gets for r in remote),
                 "get_seconds": round(sum(r.wait_seconds for r in remote), 3),
