@@ -32,6 +32,7 @@ import io
 import re
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,7 +40,9 @@ import pyarrow.compute as pc
 from prepline import textstats as ts
 from prepline.config import TransformConfig, param, removed_sample_param
 from prepline.errors import ConfigError
+from prepline.hashing import utf8_bytes
 from prepline.registry import register
+from prepline.textscan import fnv64, space_len
 from prepline.transform import Column, FileTask, Output, Transform
 from prepline.userfiles import check_file, read_file
 
@@ -49,8 +52,10 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 #: odd 64-bit multiplier of the window hash
 _MULT = np.uint64(0x9E3779B97F4A7C15)
 CHAR_LANGUAGES = ("ja", "zh")
-#: text bytes matched at a time (bounds the token arrays, ~50 bytes per token)
+#: text bytes matched at a time (bounds the per-piece arrays; with unit=characters the token arrays, ~50 bytes per token)
 MATCH_BYTES = 4 << 20
+#: pieces a worker's cache holds before it is emptied (~40 bytes each, and the piece's bytes)
+MAX_PIECES = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -110,16 +115,6 @@ def tokens(arr: pa.Array, unit: str) -> pa.ListArray:
     return out
 
 
-def _ragged_take(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Positions, in order, of ``lens[i]`` consecutive items from ``starts[i]`` for every i."""
-    total = int(lens.sum())
-    if not total:
-        return np.zeros(0, dtype=np.int64)
-    ends = np.cumsum(lens)
-    # each item's position = its row's start + its rank in the row
-    return np.repeat(starts - (ends - lens), lens) + np.arange(total, dtype=np.int64)
-
-
 def window_hashes(ids: np.ndarray, n: int, starts: np.ndarray) -> np.ndarray:
     """The 64-bit hash of the windows of n consecutive ids that start at ``starts`` (gathered: only the
     windows that can match are hashed, a tenth of a web text's)."""
@@ -138,6 +133,238 @@ def valid_windows(ids: np.ndarray, doc: np.ndarray, n: int) -> np.ndarray:
     unknown = np.concatenate([[0], np.cumsum(ids == 0)])
     return (doc[:m] == doc[n - 1:]) & (unknown[n:] - unknown[:m] == 0)
 
+
+# --- words: one pass over the bytes splits, looks each piece's token ids up and matches windows ---
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _piece_end(data, i, end):
+    """The end of the piece (white-space separated run) that starts at ``i``."""
+    j = i + 1
+    while j < end and space_len(data, j, end) == 0:
+        j += 1
+    return j
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _lookup(data, i, j, h, table, e_hash, e_off, pool):
+    """The cache entry of the piece ``data[i:j]`` (hash ``h``; the bytes are compared), or -1."""
+    mask = len(table) - 1
+    slot = np.int64(h & np.uint64(mask))
+    ln = j - i
+    while table[slot] >= 0:
+        e = table[slot]
+        if e_hash[e] == h and e_off[e + 1] - e_off[e] == ln:
+            s0 = e_off[e]
+            same = True
+            for k in range(ln):
+                if pool[s0 + k] != data[i + k]:
+                    same = False
+                    break
+            if same:
+                return e
+        slot = (slot + 1) & mask
+    return np.int64(-1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _collect(data, offsets, d0, table, e_hash, e_off, pool, counts, pe, doc_pieces):
+    """Read documents ``d0..``: each piece's cache entry goes to ``pe`` (document d's pieces are
+    ``pe[doc_pieces[d]:doc_pieces[d + 1]]``); a piece the cache lacks is added (bytes and hash; its
+    token ids are filled in after). Returns the first document the cache may have no room for (the
+    caller grows it and calls again), or the number of documents."""
+    for d in range(d0, len(offsets) - 1):
+        a, end = offsets[d], offsets[d + 1]
+        most = (end - a) // 2 + 1  # pieces one document can add
+        if counts[0] + most >= len(e_hash) or counts[1] + (end - a) > len(pool) or 2 * (counts[0] + most) > len(table):
+            return d
+        k = doc_pieces[d]
+        i = a
+        while i < end:
+            sp = space_len(data, i, end)
+            if sp:
+                i += sp
+                continue
+            j = _piece_end(data, i, end)
+            h = fnv64(data, i, j)
+            e = _lookup(data, i, j, h, table, e_hash, e_off, pool)
+            if e < 0:
+                e, p = counts[0], counts[1]
+                pool[p:p + j - i] = data[i:j]
+                e_hash[e] = h
+                e_off[e + 1] = p + j - i
+                slot = np.int64(h & np.uint64(len(table) - 1))
+                while table[slot] >= 0:
+                    slot = (slot + 1) & (len(table) - 1)
+                table[slot] = e
+                counts[0], counts[1] = e + 1, p + j - i
+            pe[k] = e
+            k += 1
+            i = j
+        doc_pieces[d + 1] = k
+    return len(offsets) - 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _rehash(size, e_hash, n):
+    table = np.full(size, -1, dtype=np.int64)
+    for e in range(n):
+        slot = np.int64(e_hash[e] & np.uint64(size - 1))
+        while table[slot] >= 0:
+            slot = (slot + 1) & (size - 1)
+        table[slot] = e
+    return table
+
+
+@numba.njit(cache=True, nogil=True)
+def _emit(pe, doc_pieces, t_off, tok):
+    """Every document's token ids, flattened, and the document of each."""
+    total = 0
+    for k in range(doc_pieces[-1]):
+        total += t_off[pe[k] + 1] - t_off[pe[k]]
+    ids, doc, total = np.empty(total, dtype=np.uint64), np.empty(total, dtype=np.int64), 0
+    for d in range(len(doc_pieces) - 1):
+        for k in range(doc_pieces[d], doc_pieces[d + 1]):
+            for t in range(t_off[pe[k]], t_off[pe[k] + 1]):
+                ids[total], doc[total] = tok[t], d
+                total += 1
+    return ids, doc
+
+
+@numba.njit(cache=True, nogil=True)
+def _eval_table(hashes):
+    """Open addressing over the evaluation n-grams' (unique) hashes: slot -> index, -1 free."""
+    size = 2
+    while size < 2 * len(hashes):
+        size *= 2
+    table = np.full(size, -1, dtype=np.int64)
+    for x in range(len(hashes)):
+        slot = np.int64(hashes[x] & np.uint64(size - 1))
+        while table[slot] >= 0:
+            slot = (slot + 1) & (size - 1)
+        table[slot] = x
+    return table
+
+
+@numba.njit(cache=True, nogil=True)
+def _match_words(pe, doc_pieces, t_off, tok, n, ev_table, ev_hashes, ev_starts, ev_ids, hit, window):
+    """Per document: the evaluation n-gram (index) of its first window of ``n`` known tokens that an
+    evaluation set holds (hash found, ids compared), -1 if none, and that window's ids."""
+    size = 1
+    while size < n:
+        size *= 2
+    ring, m, emask = np.zeros(size, dtype=np.uint64), size - 1, len(ev_table) - 1
+    for d in range(len(doc_pieces) - 1):
+        pos, last_unknown, found = 0, -1, np.int64(-1)
+        for k in range(doc_pieces[d], doc_pieces[d + 1]):
+            for t in range(t_off[pe[k]], t_off[pe[k] + 1]):
+                ring[pos & m] = tok[t]
+                if tok[t] == 0:
+                    last_unknown = pos
+                pos += 1
+                if pos < n or last_unknown >= pos - n:
+                    continue
+                h = np.uint64(0)
+                for q in range(pos - n, pos):
+                    h = h * _MULT + ring[q & m]
+                slot = np.int64(h & np.uint64(emask))
+                while ev_table[slot] >= 0:
+                    x = ev_table[slot]
+                    if ev_hashes[x] == h:
+                        same = True
+                        for q in range(n):
+                            if ev_ids[ev_starts[x] + q] != ring[(pos - n + q) & m]:
+                                same = False
+                                break
+                        if same:
+                            found = x
+                        break
+                    slot = (slot + 1) & emask
+                if found >= 0:
+                    for q in range(n):
+                        window[d, q] = ring[(pos - n + q) & m]
+                    break
+            if found >= 0:
+                break
+        hit[d] = found
+
+
+class PieceCache:
+    """The white-space separated pieces a worker has read, with their normalised tokens' ids: a piece
+    is normalised (Arrow, :func:`tokens`) the first time it is seen, then found by its bytes. Bounded:
+    emptied when it holds more than MAX_PIECES."""
+
+    def __init__(self, index: "Index"):
+        self.index = index
+        self.clear()
+
+    def clear(self) -> None:
+        self.table = np.full(1 << 16, -1, dtype=np.int64)
+        self.e_hash = np.empty(1 << 15, dtype=np.uint64)
+        self.e_off = np.zeros((1 << 15) + 1, dtype=np.int64)
+        self.t_off = np.zeros((1 << 15) + 1, dtype=np.int64)
+        self.pool = np.empty(1 << 20, dtype=np.uint8)
+        self.tok = np.empty(1 << 18, dtype=np.uint64)
+        self.counts = np.zeros(2, dtype=np.int64)  # pieces, pool bytes
+        self.done = 0  # pieces whose ids are filled in
+
+    def pieces(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """Each piece's cache entry (``pe``) and each document's first piece (``doc_pieces``, one more
+        than documents), every piece of ``arr`` cached with its token ids."""
+        if self.counts[0] > MAX_PIECES:
+            self.clear()
+        data, offsets = utf8_bytes(arr)
+        pe = np.empty(len(data) // 2 + len(arr) + 1, dtype=np.int64)  # at most a piece per 2 bytes (touched as used)
+        doc_pieces = np.zeros(len(arr) + 1, dtype=np.int64)
+        d = 0
+        while d < len(arr):
+            d = _collect(data, offsets, d, self.table, self.e_hash, self.e_off, self.pool, self.counts, pe, doc_pieces)
+            if d < len(arr):
+                self._grow(int(offsets[d + 1] - offsets[d]))
+        self._fill()
+        return pe, doc_pieces
+
+    def _grow(self, doc_bytes: int) -> None:
+        need = int(self.counts[0]) + doc_bytes // 2 + 2
+        if need >= len(self.e_hash):
+            cap = max(2 * len(self.e_hash), need)
+            self.e_hash = np.resize(self.e_hash, cap)
+            self.e_off = np.concatenate([self.e_off, np.zeros(cap + 1 - len(self.e_off), np.int64)])
+            self.t_off = np.concatenate([self.t_off, np.zeros(cap + 1 - len(self.t_off), np.int64)])
+        if int(self.counts[1]) + doc_bytes > len(self.pool):
+            self.pool = np.resize(self.pool, max(2 * len(self.pool), int(self.counts[1]) + doc_bytes))
+        if 2 * need > len(self.table):
+            size = len(self.table)
+            while 2 * need > size:
+                size *= 2
+            self.table = _rehash(size, self.e_hash, int(self.counts[0]))
+
+    def _fill(self) -> None:
+        """Normalise the pieces added since the last call and store their token ids."""
+        a, b = self.done, int(self.counts[0])
+        if a == b:
+            return
+        lo = int(self.e_off[a])
+        offs = self.e_off[a:b + 1] - lo
+        pieces = pa.LargeStringArray.from_buffers(b - a, pa.py_buffer(offs), pa.py_buffer(self.pool[lo:int(self.e_off[b])].copy()))
+        sub = tokens(pieces, "words")
+        ids = self.index._ids(sub.flatten())
+        t0 = int(self.t_off[a])
+        if t0 + len(ids) > len(self.tok):
+            self.tok = np.resize(self.tok, max(2 * len(self.tok), t0 + len(ids)))
+        self.tok[t0:t0 + len(ids)] = ids
+        self.t_off[a + 1:b + 1] = t0 + sub.offsets.to_numpy().astype(np.int64)[1:]
+        self.done = b
+
+    def ids(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        return _emit(*self.pieces(arr), self.t_off, self.tok)
+
+    def match(self, arr: pa.Array, ev: tuple) -> tuple[np.ndarray, np.ndarray]:
+        n = self.index.n
+        hit = np.empty(len(arr), dtype=np.int64)
+        window = np.zeros((len(arr), n), dtype=np.uint64)
+        pe, doc_pieces = self.pieces(arr)
+        _match_words(pe, doc_pieces, self.t_off, self.tok, n, *ev, hit, window)
+        return hit, window
 
 @dataclass(frozen=True)
 class DecontaminateConfig(TransformConfig):
@@ -198,40 +425,56 @@ class Index:
         idx = pc.index_in(flat, options=self.lookup)
         return pc.fill_null(pc.add(idx, 1), 0).to_numpy(zero_copy_only=False).astype(np.uint64)
 
+    def _piece_cache(self) -> PieceCache:
+        """The worker's :class:`PieceCache` (made on first use, with the evaluation n-grams' table)."""
+        if not hasattr(self, "_cache"):
+            self._cache = PieceCache(self)
+            self._ev = (_eval_table(self.hashes), self.hashes, self.starts.astype(np.int64), self.ids)
+        return self._cache
+
     def token_ids(self, arr: pa.Array, unit: str) -> tuple[np.ndarray, np.ndarray]:
         """The ids (:meth:`_ids`) of the normalised tokens of every text, flattened, and their text.
         Words: normalising never joins two white-space separated pieces (it only lowers, drops marks,
-        and makes punctuation a space inside a piece), so the text is split first and each distinct
-        piece of the column normalised and looked up once; a piece maps to 0 or more tokens. The
-        same ids as normalising the whole text (:func:`tokens`; a test compares them)."""
+        and makes punctuation a space inside a piece), so each distinct piece is normalised and looked
+        up once (:class:`PieceCache`) and a piece maps to 0 or more tokens. The same ids as
+        normalising the whole text (:func:`tokens`; a test compares them)."""
         if unit != "words":
             toks = tokens(arr, unit)
             return self._ids(toks.flatten()), np.repeat(np.arange(len(arr), dtype=np.int64), np.diff(toks.offsets.to_numpy()))
-        pieces = pc.utf8_split_whitespace(pc.fill_null(arr, ""))
-        enc = pc.dictionary_encode(pieces.flatten())
-        codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        piece_doc = pc.list_parent_indices(pieces).to_numpy().astype(np.int64)
-        sub = tokens(enc.dictionary, "words")  # each distinct piece: its tokens
-        off = sub.offsets.to_numpy().astype(np.int64)
-        lens = np.diff(off)[codes]
-        return self._ids(sub.flatten())[_ragged_take(off[:-1][codes], lens)], np.repeat(piece_doc, lens)
+        return self._piece_cache().ids(arr)
 
     def match(self, arr: pa.Array, unit: str) -> tuple[np.ndarray, list]:
-        """Per document: the index of the matched set (-1: clean), and the matched n-grams' text (None:
-        clean). In slices of about MATCH_BYTES of text: the token arrays stay bounded whatever the batch."""
-        parts = ts.byte_slices(arr, MATCH_BYTES)
-        if len(parts) == 1:
-            return self._match(arr, unit)
-        found = [self._match(arr.slice(a, b - a), unit) for a, b in parts]
-        return np.concatenate([f for f, _ in found]), [g for _, gs in found for g in gs]
+        """Per document: the index of the matched set (-1: clean), and the matched n-gram's text (None:
+        clean). Words in compiled passes (:class:`PieceCache`, :func:`_match_words`), characters with
+        Arrow and NumPy; in slices of about MATCH_BYTES of text, so that the arrays stay bounded
+        whatever the batch."""
+        ndocs = len(arr)
+        if not len(self.hashes) or not ndocs:
+            return np.full(ndocs, -1, dtype=np.int64), [None] * ndocs
+        parts = [self._match_slice_words(arr.slice(a, b - a)) if unit == "words" else self.match_arrays(arr.slice(a, b - a), unit)
+                 for a, b in ts.byte_slices(arr, MATCH_BYTES)]
+        return np.concatenate([f for f, _ in parts]), [g for _, gs in parts for g in gs]
 
-    def _match(self, arr: pa.Array, unit: str) -> tuple[np.ndarray, list]:
+    def _match_slice_words(self, arr: pa.Array) -> tuple[np.ndarray, list]:
+        cache = self._piece_cache()
+        at, window = cache.match(arr, self._ev)
+        found = np.where(at >= 0, self.sets[np.maximum(at, 0)], -1)
+        grams: list = [None] * len(arr)
+        for d in np.flatnonzero(at >= 0).tolist():
+            grams[d] = " ".join(self.vocab.take(pa.array(window[d].astype(np.int64) - 1)).to_pylist())
+        return found, grams
+
+    def match_arrays(self, arr: pa.Array, unit: str) -> tuple[np.ndarray, list]:
+        """:meth:`match` with Arrow and NumPy over the whole token arrays (the characters' path, and
+        the words pass's reference in the tests)."""
         ndocs, n = len(arr), self.n
         found = np.full(ndocs, -1, dtype=np.int64)
         grams: list = [None] * ndocs
         if not len(self.hashes) or not ndocs:
             return found, grams
-        ids, doc = self.token_ids(arr, unit)
+        toks = tokens(arr, unit)
+        ids = self._ids(toks.flatten())
+        doc = np.repeat(np.arange(ndocs, dtype=np.int64), np.diff(toks.offsets.to_numpy()))
         ok = valid_windows(ids, doc, n)
         pos = np.flatnonzero(ok)
         if not len(pos):

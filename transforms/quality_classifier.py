@@ -6,9 +6,9 @@ The model is a supervised fastText classifier: the one ``prepline quality train`
 loaded once per worker. ``positive_label`` names the label whose probability becomes the score
 (``hq``, ``__label__hq``; the model's labels are checked when it loads).
 
-Per file, the text column is put on one line per document (newlines to spaces: fastText reads
-one line), optionally cut to ``max_chars``, and scored over the whole column at once
-(:mod:`prepline.fasttext_np`: fastText's linear model in NumPy, the same probabilities to 1e-7;
+Per file, each document is read as fastText reads one line (trimmed, line breaks as spaces),
+optionally cut to ``max_chars``, and the whole column is scored in one compiled pass
+(:mod:`prepline.fasttext_np`: fastText's linear model, the same probabilities to 1e-5;
 fastText's own batch predict for models with character n-grams, hierarchical softmax or quantization). Adds
 ``score_column`` (default ``quality_score``): the probability of the positive label, 0..1;
 documents with no text score 0.
@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from prepline import textstats as ts
 from prepline.config import TransformConfig, param
 from prepline.errors import ConfigError
-from prepline.quality import Scorer, check_model, label_name, load_classifier, one_line
+from prepline.quality import Scorer, check_model, label_name, load_classifier
 from prepline.registry import register
 from prepline.transform import Column, FileTask, Output, Transform
 
@@ -119,11 +119,11 @@ class QualityClassifier(Transform):
     def transform(self, table: pa.Table, task: FileTask) -> Output:
         c = self.config
         n = table.num_rows
-        lines = one_line(ts.as_array(table.column(c.content_column)), c.max_chars)
+        texts = ts.as_array(table.column(c.content_column))
         scores = np.zeros(n, dtype=np.float64)
         scored = np.zeros(n, dtype=bool)
         counters: dict[str, int] = {}
-        routes: list[tuple[str, np.ndarray]] = []
+        routes: list[tuple[str, np.ndarray | None]] = []
         if c.lang_models:
             langs = pc.fill_null(ts.as_array(table.column(c.lang_column)), "").to_numpy(zero_copy_only=False)
             per = [lang for lang in self._models if lang]
@@ -132,14 +132,15 @@ class QualityClassifier(Transform):
             if "" in self._models:
                 routes.append(("", np.flatnonzero(~np.isin(langs, per))))
         else:
-            routes.append(("", np.arange(n)))
-        has_text = np.asarray(pc.greater(pc.utf8_length(lines), 0).to_numpy(zero_copy_only=False), dtype=bool)
+            routes.append(("", None))  # every document
         for lang, rows in routes:
-            scored[rows] = True
-            counters[f"quality_scored_{lang or 'all'}"] = int(len(rows))
-            todo = rows[has_text[rows]]
-            if len(todo):
-                scores[todo] = self._models[lang](lines.take(pa.array(todo)))
+            counters[f"quality_scored_{lang or 'all'}"] = n if rows is None else int(len(rows))
+            if rows is None:
+                scored[:] = True
+                scores[:] = self._models[lang](texts, c.max_chars)
+            elif len(rows):
+                scored[rows] = True
+                scores[rows] = self._models[lang](texts.take(pa.array(rows)), c.max_chars)
         scores = np.round(scores, 6)
         counters[NO_MODEL] = int((~scored).sum())
         counters["quality_pass"] = int((scored & (scores >= c.threshold)).sum())

@@ -181,21 +181,31 @@ def positive_proba(model, lines: list[str], positive: str) -> np.ndarray:
 
 
 class Scorer:
-    """The ``positive`` label's probability for an Arrow column of one-line texts: vectorised over the
-    column (:mod:`prepline.fasttext_np`) for the linear models it reproduces, fastText's batch predict
-    for the others (character n-grams, hierarchical softmax, quantized)."""
+    """The ``positive`` label's probability per document of an Arrow text column (0 for a document
+    without text): in one compiled pass over the column (:mod:`prepline.fasttext_np`) for the linear
+    models it reproduces, fastText's batch predict for the others (character n-grams, hierarchical
+    softmax, quantized)."""
 
     def __init__(self, model, positive: str):
         from prepline.fasttext_np import for_model
 
         self.model, self.positive = model, positive
         self.linear = for_model(model)
-        self.column = self.linear.labels.index(positive) if self.linear else -1
 
-    def __call__(self, lines: pa.Array) -> np.ndarray:
+    def __call__(self, texts: pa.Array, max_chars: int = 0) -> np.ndarray:
+        """``max_chars``: only the first N characters of each (trimmed) text are read."""
+        if max_chars:
+            texts = pc.utf8_slice_codeunits(pc.utf8_trim_whitespace(pc.fill_null(texts, "")), 0, max_chars)
         if self.linear is None:
-            return positive_proba(self.model, lines.to_pylist(), self.positive)
-        return np.clip(self.linear.proba(lines)[:, self.column], 0.0, 1.0)
+            lines = one_line(texts)
+            has = np.asarray(pc.greater(pc.utf8_length(lines), 0).to_numpy(zero_copy_only=False), dtype=bool)
+            out = np.zeros(len(texts), dtype=np.float64)
+            if has.any():
+                out[has] = positive_proba(self.model, lines.filter(pa.array(has)).to_pylist(), self.positive)
+            return np.clip(out, 0.0, 1.0)
+        p, empty = self.linear.positive(texts, self.positive)
+        p[empty] = 0.0
+        return np.clip(p, 0.0, 1.0)
 
 
 def _split(n: int, fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

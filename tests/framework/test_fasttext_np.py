@@ -1,7 +1,8 @@
-"""fasttext_np: fastText's supervised predictions, vectorised over a column, against fastText's own
-predict on real text from the sample, for models trained here (softmax, one-vs-all, negative sampling;
-word n-grams 1-3; two and four labels) and on the text fastText tokenises oddly (tabs, NUL, bytes
-above 0x7f whose hashes are sign-extended, label-like tokens, words longer than the vectorised hash)."""
+"""fasttext_np: fastText's supervised predictions, in one compiled pass over a column, against
+fastText's own predict on real text from the sample, for models trained here (softmax, one-vs-all,
+negative sampling; word n-grams 1-3; two and four labels) and on the text fastText tokenises oddly
+(tabs, NUL, bytes above 0x7f whose hashes are sign-extended, label-like tokens, long words, line
+breaks and white space that one_line trims or turns into spaces)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from prepline.fasttext_np import LONG_TOKEN, fnv1a, for_model
-from prepline.hashing import utf8_bytes
+from prepline.fasttext_np import _fnv, for_model
 from prepline.quality import Scorer, _fit_in_child, one_line
 
 fasttext = pytest.importorskip("fasttext")
 
 ODD = ["", " ", "\t\t", "hello", "a\tb\x00c  d", "__label__hq is not a word here", "__label__news", "naïve café 東京 🙂 ß",
-       "x" * (LONG_TOKEN + 7) + " " + "é" * 50, "the the the the", "</s> inside", "\x0bvertical\x0ctab\rcr"]
+       "x" * 300 + " " + "é" * 50, "the the the the", "</s> inside", "\x0bvertical\x0ctab\rcr"]
+#: what one_line changes: trimmed Unicode white space (also inside words at the ends), line breaks to spaces
+RAW = ["\u3000the news\u00a0", "the\u2028news\u2029today\x85now", "\x1cthe news\x1f", "the\x1cnews", "\u2003\u2003", "a\r\nb\n\nc",
+       "news \u3000", "\u00a0\u00a0the", "the news\u200a\u3000\u00a0"]
 
 
 @pytest.fixture(scope="module")
@@ -81,16 +84,51 @@ def test_the_same_probabilities_as_fastText(texts, tmp_path, kw, classes):
 
 
 def test_words_hash_as_fastText_hashes_them():
-    """FNV-1a over sign-extended bytes (dictionary.cc hash), checked on fastText's own subword ids:
-    with minn = maxn = word length the only n-gram of a short word is its hash modulo bucket."""
-    words = ["a", "hello", "naïve", "東京", "🙂", "x" * (LONG_TOKEN + 3)]
-    arr = pa.array(words, pa.large_string())
-    got = fnv1a(*utf8_bytes(arr))
-    for w, h in zip(words, got):
+    """FNV-1a over sign-extended bytes (dictionary.cc hash)."""
+    for w in ["a", "hello", "naïve", "東京", "🙂", "x" * 300]:
+        data = np.frombuffer(w.encode(), np.uint8)
         x = 2166136261
         for b in w.encode():
             x = ((x ^ (b | 0xFFFFFF00 if b > 127 else b)) * 16777619) & 0xFFFFFFFF
-        assert int(h) == x, w
+        assert int(_fnv(data, 0, len(data))) == x, w
+
+
+def test_raw_text_is_read_as_one_line_reads_it(texts, tmp_path):
+    """The pass trims and splits the raw text itself: the same probabilities as on one_line's output,
+    and a text that one_line empties has no text (score 0)."""
+    model = _train(texts, tmp_path, 2, wordNgrams=2)
+    linear = for_model(model)
+    raw = RAW + [x.replace(" ", "\n", 3) for x in texts[sorted(texts)[0]][:50]]
+    assert np.abs(linear.proba(pa.array(raw)) - linear.proba(one_line(pa.array(raw)))).max() < 1e-12
+    label = model.get_labels()[0]
+    got = Scorer(model, label)(pa.array(raw + [None]))
+    lines = one_line(pa.array(raw + [None])).to_pylist()
+    want = np.array([_fasttext_proba(model, [x])[0, 0] if x else 0.0 for x in lines]).clip(0, 1)
+    assert np.abs(got - want).max() < 1e-5
+    assert got[RAW.index("\u2003\u2003")] == 0.0 and got[-1] == 0.0
+
+
+@pytest.mark.parametrize("kw,classes", [({"wordNgrams": 2}, 2), ({"wordNgrams": 3, "loss": "ova"}, 4), ({"wordNgrams": 2}, 4)])
+def test_one_labels_probability_alone_is_the_same(texts, tmp_path, kw, classes):
+    """positive() sums one column of P when one is enough (ova, ns, a two-label softmax): the same
+    probabilities as the whole matrix gives."""
+    model = _train(texts, tmp_path, classes, **kw)
+    linear = for_model(model)
+    lines = pa.array([x for v in texts.values() for x in v[300:400]] + ODD)
+    whole = linear.proba(lines)
+    for j, label in enumerate(linear.labels):
+        p, empty = linear.positive(lines, label)
+        assert np.abs(p - whole[:, j]).max() < 1e-6
+        assert empty.tolist() == [not x.strip() for x in lines.to_pylist()]
+
+
+def test_max_chars_reads_the_start_of_the_trimmed_text(texts, tmp_path):
+    model = _train(texts, tmp_path, 2, wordNgrams=2)
+    label = model.get_labels()[0]
+    scorer = Scorer(model, label)
+    docs = texts[sorted(texts)[0]][:40]
+    cut = ["  " + x for x in docs]
+    assert np.abs(scorer(pa.array(cut), max_chars=60) - scorer(pa.array([x[:60] for x in docs]))).max() < 1e-12
 
 
 def test_an_empty_column_and_empty_lines(texts, tmp_path):
@@ -117,15 +155,3 @@ def test_a_quantized_model_uses_fastTexts_predict(texts, tmp_path):
     model = _train(texts, tmp_path, 2, wordNgrams=2)
     model.quantize(input=None, qnorm=False, retrain=False, cutoff=0)
     assert for_model(model) is None
-
-
-def test_scoring_in_slices_gives_the_same_probabilities(texts, tmp_path, monkeypatch):
-    from prepline import fasttext_np
-
-    model = _train(texts, tmp_path, 2, wordNgrams=2)
-    linear = for_model(model)
-    lines = pa.array([x for v in texts.values() for x in v[:200]])
-    whole = linear.proba(lines)
-    monkeypatch.setattr(fasttext_np, "CHUNK_BYTES", 5000)
-    sliced = linear.proba(lines)
-    assert np.array_equal(whole, sliced)

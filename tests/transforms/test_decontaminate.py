@@ -226,7 +226,10 @@ def test_word_ids_from_distinct_pieces_equal_normalising_the_whole_text(planted)
     assert (ids > 0).any() and (ids == 0).any()
 
 
-def test_matching_in_slices_finds_the_same(planted, monkeypatch):
+def test_the_words_pass_finds_what_the_token_arrays_find(planted, monkeypatch):
+    """The compiled words pass (a piece cache, windows matched while reading) against the Arrow and
+    NumPy path over whole token arrays: the same sets and n-grams, also when the cache is emptied
+    between calls and has to grow from its smallest size."""
     import numpy as np
 
     from prepline.transforms import decontaminate as dc
@@ -234,7 +237,26 @@ def test_matching_in_slices_finds_the_same(planted, monkeypatch):
     root, folder, sets, _ = planted
     index = dc.Index([dc.parse_eval_set(s) for s in sets], 13, "words")
     arr = _read(folder)["contents"].combine_chunks()
-    whole = index.match(arr, "words")
+    odd = pa.array(["", None, "x\u3000y\u00a0z " * 40, "\u2028\u2029\x85 a"], pa.string())
+    arr = pa.concat_arrays([arr.cast(pa.string()), odd])
+    want = index.match_arrays(arr, "words")
+    assert (want[0] >= 0).sum() >= 12
+    got = index.match(arr, "words")
+    assert np.array_equal(got[0], want[0]) and got[1] == want[1]
+    monkeypatch.setattr(dc, "MAX_PIECES", 10)  # emptied before every call: each slice starts from an empty cache
+    parts = [index.match(arr.slice(a, 50), "words") for a in range(0, len(arr), 50)]
+    assert np.array_equal(np.concatenate([f for f, _ in parts]), want[0]) and [g for _, gs in parts for g in gs] == want[1]
+
+
+def test_matching_characters_in_slices_finds_the_same(tmp_path, monkeypatch):
+    import numpy as np
+
+    from prepline.transforms import decontaminate as dc
+
+    (tmp_path / "e.jsonl").write_text(json.dumps({"t": "東京タワーは日本の電波塔です"}) + "\n")
+    index = dc.Index([dc.parse_eval_set(f"e={tmp_path}/e.jsonl:t")], 6, "characters")
+    arr = pa.array(["今日は東京タワーは日本の電波塔ですね" if i % 7 == 0 else "関係のない文章です。" * 5 for i in range(300)])
+    whole = index.match(arr, "characters")
     monkeypatch.setattr(dc, "MATCH_BYTES", 3000)
-    sliced = index.match(arr, "words")
-    assert np.array_equal(whole[0], sliced[0]) and whole[1] == sliced[1] and (whole[0] >= 0).sum() >= 12
+    sliced = index.match(arr, "characters")
+    assert np.array_equal(whole[0], sliced[0]) and whole[1] == sliced[1] and (whole[0] >= 0).sum() == 43
