@@ -3,7 +3,9 @@
 as data and counted). The last data step of a spec pipeline checks it from the stages'
 metadata.json and the run's plan::
 
-    input = Σ final outputs + Σ removed + Σ sinks
+    input + Σ generated = Σ final outputs + Σ removed + Σ sinks
+
+(``generated``: documents a stage adds, e.g. synthesize's rephrasings)
 
 and, at every hand-over, that a stage read what the stage before it wrote (so a stage that
 loses documents is named). A failing check fails the run. The result is written to
@@ -35,6 +37,7 @@ def account(plan: dict, read_meta=_meta) -> dict:
     """The run's document accounting from the plan's stages' metadata.json (``read_meta(output)``)."""
     problems: list[str] = []
     removed: dict[str, dict[str, int]] = {}
+    generated: dict[str, dict[str, int]] = {}
     entries = [e for e in plan["entries"] if e["runs"]]
     wrote: dict[str, int] = {}  # output path -> documents written there (split parts included)
     first_in = None
@@ -60,6 +63,8 @@ def account(plan: dict, read_meta=_meta) -> dict:
             r["failed_files"] = failed
         if r:
             removed[_where(e)] = r
+        if t.get("generated"):
+            generated[_where(e)] = {k: int(v) for k, v in t["generated"].items()}
         wrote[e["output"]] = int(t["docs_out"])
         for part, n in (t.get("parts") or {}).items():
             wrote[f"{e['output']}/{part}"] = int(n)
@@ -71,12 +76,17 @@ def account(plan: dict, read_meta=_meta) -> dict:
     total_removed = sum(sum(r.values()) for r in removed.values())
     out_total = sum(finals.values())
     sink_total = sum(s["docs"] for s in sinks)
-    holds = not problems and first_in == out_total + total_removed + sink_total
+    gen_total = sum(sum(g.values()) for g in generated.values())
+    holds = not problems and (first_in or 0) + gen_total == out_total + total_removed + sink_total
     if not problems and not holds:
-        problems.append(f"input {first_in:,} != outputs {out_total:,} + removed {total_removed:,} + kept aside {sink_total:,}")
-    return {"format": "prepline.conservation", "run": plan["run"], "input": first_in or 0, "outputs": finals,
-            "outputs_total": out_total, "removed": removed, "removed_total": total_removed, "sinks": sinks,
-            "sinks_total": sink_total, "holds": holds, "problems": problems}
+        problems.append(f"input {first_in:,}" + (f" + generated {gen_total:,}" if gen_total else "")
+                        + f" != outputs {out_total:,} + removed {total_removed:,} + kept aside {sink_total:,}")
+    out = {"format": "prepline.conservation", "run": plan["run"], "input": first_in or 0, "outputs": finals,
+           "outputs_total": out_total, "removed": removed, "removed_total": total_removed, "sinks": sinks,
+           "sinks_total": sink_total, "holds": holds, "problems": problems}
+    if generated:
+        out.update(generated=generated, generated_total=gen_total)
+    return out
 
 
 def _sinks(plan: dict, entries: list[dict], wrote: dict) -> list[dict]:
@@ -108,7 +118,8 @@ def summary_lines(result: dict) -> list[str]:
     """The accounting in a few lines (the local run's summary, the KFP step's Markdown)."""
     sink = ", ".join(f"{s['part']} {s['docs']:,}" for s in result["sinks"])
     outs = ", ".join(f"{b or 'output'} {n:,}" for b, n in result["outputs"].items())
-    lines = [f"documents: {result['input']:,} in = {result['outputs_total']:,} out ({outs}) + {result['removed_total']:,} removed"
+    gen = f" + {result['generated_total']:,} generated" if result.get("generated_total") else ""
+    lines = [f"documents: {result['input']:,} in{gen} = {result['outputs_total']:,} out ({outs}) + {result['removed_total']:,} removed"
              + (f" + {result['sinks_total']:,} kept aside ({sink}: languages without a branch)" if result["sinks"] else "")
              + (" ✓" if result["holds"] else " ✗ DOES NOT HOLD")]
     lines += [f"  {p}" for p in result["problems"]]

@@ -2,7 +2,8 @@
 pipeline's order, on a small multilingual corpus, with nothing fetched from the network.
 
 The Ray image runs it at build time with ``RUN --network=none`` (and ``HF_HUB_OFFLINE=1``): a
-model that is not baked into the image fails the build. tests/runtime_images runs it in the
+model that is not baked into the image fails the build. It also compiles numba's passes
+(:mod:`prepline.kernels`) into the image. tests/runtime_images runs it in the
 project's .venv.
 
     python runtime_images/smoke_test.py [WORK_DIR]
@@ -76,8 +77,9 @@ def build_corpus(folder: Path) -> int:
 
 
 def resources(work: Path) -> dict[str, dict]:
-    """Parameters of the transforms that need files: an evaluation set and a quality classifier
-    trained here with ``prepline quality train``'s function (fastText from the image, no download)."""
+    """Parameters of the transforms that need files: an evaluation set, a quality classifier
+    trained here with ``prepline quality train``'s function (fastText from the image, no download),
+    and a tiny causal LM for synthesize (a BPE trained on the corpus, random weights: no download)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -93,7 +95,25 @@ def resources(work: Path) -> dict[str, dict]:
         pq.write_table(pa.table({"contents": texts}), work / name / "part-0.parquet")
     train_quality_classifier(str(work / "good"), str(work / "spam"), str(work / "quality_model"), {"min_count": 1, "epoch": 5})
     return {"decontaminate": {"eval_sets": [f"smoke={evals}:question,answer"]},
-            "quality_classifier": {"model_path": str(work / "quality_model")}}
+            "quality_classifier": {"model_path": str(work / "quality_model")},
+            "synthesize": {"model_path": tiny_lm(work / "lm"), "templates": ["wiki=Rewrite: {text} Paragraph:"], "max_new_tokens": 8}}
+
+
+def tiny_lm(folder: Path) -> str:
+    """A prepline model folder (config.json, model.pt, tokenizer.json) made here, as fine_tune writes one."""
+    import torch
+
+    from prepline.tokens.tokenizer import train_bpe
+    from prepline.train.model import FORMAT, FORMAT_VERSION, CausalLM, ModelConfig
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = train_bpe(EN + JA + FR, 400)
+    (folder / "tokenizer.json").write_text(tok.to_str(), encoding="utf-8")
+    torch.manual_seed(0)
+    mc = ModelConfig(vocab_size=tok.get_vocab_size(), max_seq_len=256, n_layer=1, n_head=2, d_model=32)
+    torch.save(CausalLM(mc).state_dict(), folder / "model.pt")
+    (folder / "config.json").write_text(json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "model": mc.to_dict()}))
+    return str(folder)
 
 
 def run(work: Path) -> dict[str, dict]:
@@ -113,7 +133,7 @@ def run(work: Path) -> dict[str, dict]:
         meta = run_transform(name, params.get(name, {}), RunOptions(input=str(src), output=str(out), workers=1, progress=False)).metadata
         t = meta["totals"]
         assert meta["status"] == "success", (name, meta.get("failures"))
-        assert t["docs_in"] == t["docs_out"] + sum(t["removed"].values()), (name, t)
+        assert t["docs_in"] + sum(t.get("generated", {}).values()) == t["docs_out"] + sum(t["removed"].values()), (name, t)
         print(f"{name:>18}: {t['docs_in']:>3} in, {t['docs_out']:>3} out, removed {t['removed']} ({time.perf_counter() - t0:.1f}s)",
               flush=True)
         results[name] = meta
@@ -154,9 +174,18 @@ def check_models(work: Path, names: list[str]) -> None:
     if "tokenization" in names:
         t = _table(work / "tokenization")
         assert min(t.column("num_tokens").to_pylist()) > 0
+    if "synthesize" in names:
+        t = _table(work / "synthesize")
+        made = t.filter(t.column("synth_template").is_valid())
+        assert made.num_rows > 0 and made.column("synth_model_sha256").null_count == 0, made.num_rows
 
 
 def main() -> int:
+    from prepline.kernels import warm
+
+    # numba's compiled passes, compiled here into the image (its cache, next to the installed source):
+    # a worker pod loads them instead of compiling them again
+    print(f"compiled passes: {warm()}")
     if len(sys.argv) > 1:
         run(Path(sys.argv[1]))
     else:

@@ -142,10 +142,22 @@ def main() -> int:
                     help="the fine-tune's data wait from S3 (moto behind a latency proxy), epoch 1 vs 2, node cache vs none "
                          "(benchmarks/train_loading.py)")
     ap.add_argument("--latency-ms", type=float, default=30.0, help="--train-loading: delay of every S3 request")
+    ap.add_argument("--synthesize", action="store_true",
+                    help="synthesize's generation: new tokens/s by batch size and max_new_tokens, torch on CPU; vLLM where a GPU is "
+                         "(benchmarks/synthesize.py)")
     args = ap.parse_args()
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     if args.peers:
         return peers(args)
+    if args.synthesize:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import synthesize
+
+        res = synthesize.run(log=lambda m: print(m, file=sys.stderr))
+        print(synthesize.table(res))
+        if args.json:
+            Path(args.json).write_text(json.dumps(res, indent=2))
+        return 0
     if args.train_loading:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         import train_loading

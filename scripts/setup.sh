@@ -31,6 +31,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   fi
   echo "$want" > "$stamp"
 fi
+# numba's compiled passes (prepline.kernels): compiled once here, loaded from its cache after (seconds
+# the first time, then ~1 s: it only checks the cache)
+.venv/bin/python -m prepline.kernels > /dev/null
 # From apt, as root or through password-less sudo, what is missing of: Debian's chromium, for the run
 # report's browser tests (tests/chromium.py; Playwright, the test extra, drives it and downloads no
 # browser), mimalloc, the allocator `prepline run` preloads (src/prepline/runtime/allocator.py), and

@@ -11,14 +11,15 @@ become spaces. Tokens are then the words between white space
 (``unit=words``) or every character except white space (``unit=characters``; a pipeline's ``ja``
 and ``zh`` branches get it by default). An n-gram is ``n`` consecutive tokens (default 13).
 
-Vectorised: tokens are mapped to ids in the evaluation sets' vocabulary (Arrow ``index_in``; a
-token the sets never use cannot be part of a match; for words each distinct white-space separated
-piece of a file is normalised and looked up once), windows holding an unknown token or crossing
-documents are dropped, each remaining window of ``n`` ids is hashed to 64 bits (a polynomial over
-the ids, numpy, ``n`` vector steps), and looked up in the sorted hash array of the
-evaluation n-grams (built once per worker). A hash hit is confirmed by comparing the ids, so a
-match is exact. A document's match is its first matching n-gram; an n-gram that appears in
-several sets is attributed to the first set given.
+Words, in compiled passes (numba) over the column's bytes: each white-space separated piece is
+found in the worker's piece cache by its bytes (:class:`PieceCache`; a piece seen for the first time
+is normalised with Arrow and its tokens mapped to ids in the evaluation sets' vocabulary, a token
+the sets never use getting id 0), then the documents' token ids are walked once: each window of
+``n`` known ids in one document is hashed to 64 bits (a polynomial over the ids) and looked up in a
+table of the evaluation n-grams (built once per worker), and a document stops at its first match.
+A hash hit is confirmed by comparing the ids, so a match is exact. Characters (``unit=characters``):
+the same with Arrow and NumPy over whole token arrays. A document's match is its first matching
+n-gram; an n-gram that appears in several sets is attributed to the first set given.
 
 ``action=flag`` adds ``set_column`` (the matched set, null when clean) and ``ngram_column`` (the
 n-gram, normalised) and removes nothing; ``action=remove`` drops the matched documents, counted as
@@ -146,24 +147,33 @@ def _piece_end(data, i, end):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _lookup(data, i, j, h, table, e_hash, e_off, pool):
-    """The cache entry of the piece ``data[i:j]`` (hash ``h``; the bytes are compared), or -1."""
+def _lookup(data, i, j, h, table, pool):
+    """The cache entry of the piece ``data[i:j]`` (hash ``h``; the bytes are compared), or -1. A slot
+    of ``table`` is (hash, entry + 1, offset in ``pool``, length): one cache line per probe."""
     mask = len(table) - 1
     slot = np.int64(h & np.uint64(mask))
-    ln = j - i
-    while table[slot] >= 0:
-        e = table[slot]
-        if e_hash[e] == h and e_off[e + 1] - e_off[e] == ln:
-            s0 = e_off[e]
+    ln = np.uint64(j - i)
+    while table[slot, 1] != 0:
+        if table[slot, 0] == h and table[slot, 3] == ln:
+            s0 = np.int64(table[slot, 2])
             same = True
-            for k in range(ln):
+            for k in range(j - i):
                 if pool[s0 + k] != data[i + k]:
                     same = False
                     break
             if same:
-                return e
+                return np.int64(table[slot, 1]) - 1
         slot = (slot + 1) & mask
     return np.int64(-1)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _insert(table, h, e, off, ln):
+    mask = len(table) - 1
+    slot = np.int64(h & np.uint64(mask))
+    while table[slot, 1] != 0:
+        slot = (slot + 1) & mask
+    table[slot, 0], table[slot, 1], table[slot, 2], table[slot, 3] = h, np.uint64(e + 1), np.uint64(off), np.uint64(ln)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -186,16 +196,13 @@ def _collect(data, offsets, d0, table, e_hash, e_off, pool, counts, pe, doc_piec
                 continue
             j = _piece_end(data, i, end)
             h = fnv64(data, i, j)
-            e = _lookup(data, i, j, h, table, e_hash, e_off, pool)
+            e = _lookup(data, i, j, h, table, pool)
             if e < 0:
                 e, p = counts[0], counts[1]
                 pool[p:p + j - i] = data[i:j]
                 e_hash[e] = h
                 e_off[e + 1] = p + j - i
-                slot = np.int64(h & np.uint64(len(table) - 1))
-                while table[slot] >= 0:
-                    slot = (slot + 1) & (len(table) - 1)
-                table[slot] = e
+                _insert(table, h, e, p, j - i)
                 counts[0], counts[1] = e + 1, p + j - i
             pe[k] = e
             k += 1
@@ -205,13 +212,10 @@ def _collect(data, offsets, d0, table, e_hash, e_off, pool, counts, pe, doc_piec
 
 
 @numba.njit(cache=True, nogil=True)
-def _rehash(size, e_hash, n):
-    table = np.full(size, -1, dtype=np.int64)
+def _rehash(size, e_hash, e_off, n):
+    table = np.zeros((size, 4), dtype=np.uint64)
     for e in range(n):
-        slot = np.int64(e_hash[e] & np.uint64(size - 1))
-        while table[slot] >= 0:
-            slot = (slot + 1) & (size - 1)
-        table[slot] = e
+        _insert(table, e_hash[e], e, e_off[e], e_off[e + 1] - e_off[e])
     return table
 
 
@@ -298,7 +302,7 @@ class PieceCache:
         self.clear()
 
     def clear(self) -> None:
-        self.table = np.full(1 << 16, -1, dtype=np.int64)
+        self.table = np.zeros((1 << 16, 4), dtype=np.uint64)
         self.e_hash = np.empty(1 << 15, dtype=np.uint64)
         self.e_off = np.zeros((1 << 15) + 1, dtype=np.int64)
         self.t_off = np.zeros((1 << 15) + 1, dtype=np.int64)
@@ -336,7 +340,7 @@ class PieceCache:
             size = len(self.table)
             while 2 * need > size:
                 size *= 2
-            self.table = _rehash(size, self.e_hash, int(self.counts[0]))
+            self.table = _rehash(size, self.e_hash, self.e_off, int(self.counts[0]))
 
     def _fill(self) -> None:
         """Normalise the pieces added since the last call and store their token ids."""
@@ -583,3 +587,16 @@ class Decontaminate(Transform):
         if removed:
             table = table.filter(pa.array(found < 0))
         return Output.of(table, removed=removed, counters=counters, removed_rows=masks, removed_from=annotated)
+
+
+def warm() -> None:
+    """Compile the words pass (or load it from numba's cache) on a one-line evaluation set:
+    :mod:`prepline.kernels`."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "e.jsonl").write_text('{"t": "one two three"}\n')
+        index = Index([parse_eval_set(f"e={tmp}/e.jsonl:t")], 2, "words")
+    index.match(pa.array(["zero one two", None]), "words")
+    index.token_ids(pa.array(["one"]), "words")

@@ -51,7 +51,8 @@ def list_transforms() -> list[TransformInfo]:
 
 @dataclass(frozen=True)
 class Totals:
-    """A stage's document and byte counts: ``docs_in == docs_out + sum(removed.values())``."""
+    """A stage's document and byte counts: ``docs_in + sum(generated.values()) == docs_out +
+    sum(removed.values())`` (``generated``: documents a stage such as synthesize adds)."""
 
     files: int
     docs_in: int
@@ -64,6 +65,7 @@ class Totals:
     seconds: float | None = None
     counters: dict[str, int] = field(default_factory=dict)
     parts: dict[str, int] = field(default_factory=dict)  # sub-folder (e.g. lang=en) -> docs written there
+    generated: dict[str, int] = field(default_factory=dict)  # documents added (not from the input), by kind
 
     @property
     def removed_total(self) -> int:

@@ -355,3 +355,12 @@ def for_model(model) -> LinearFastText | None:
         proj[a:a + PROJECT_ROWS] = inp[a:a + PROJECT_ROWS].astype(np.float64) @ out.T
     return LinearFastText(labels=[str(x) for x in model.get_labels()], words=words, proj=proj, word_ngrams=int(args.wordNgrams),
                           bucket=int(args.bucket), label_prefix=str(args.label), sigmoid=loss != names.softmax)
+
+
+def warm() -> None:
+    """Compile the pass (or load it from numba's cache) on a two-word model: :mod:`prepline.kernels`."""
+    for labels, sigmoid in ((["__label__a", "__label__b"], False), (["__label__a", "__label__b", "__label__c"], False), (["__label__a"], True)):
+        model = LinearFastText(labels=labels, words=pa.array(["a", EOS], pa.large_string()), proj=np.ones((2 + 7, len(labels)), np.float32),
+                               word_ngrams=2, bucket=7, label_prefix="__label__", sigmoid=sigmoid)
+        model.proba(pa.array(["a b", ""]))
+        model.positive(pa.array(["a b", None]), labels[0])

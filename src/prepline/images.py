@@ -33,7 +33,8 @@ NAMES = {"launcher": "prepline-launcher", "ray": "prepline-ray", "trainer": "pre
 EXTRAS = {
     # tokenize: train_tokenizer trains the run's BPE in the launcher (tokenizers); the image still has no Ray
     "launcher": ("kfp", "tokenize"),
-    "ray": ("ray", "langid", "fuzzy", "pii", "hap", "tokenize", "ingest"),  # ingest: WARC, zstd, HTML to text
+    # ingest: WARC, zstd, HTML to text; train: torch, for synthesize's CPU engine (the GPU variant adds gpu: vLLM)
+    "ray": ("ray", "langid", "fuzzy", "pii", "hap", "tokenize", "ingest", "train"),
     "trainer": ("ray", "langid", "fuzzy", "pii", "hap", "tokenize", "ingest", "train", "kfp"),
 }
 _REGISTRY = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*$")

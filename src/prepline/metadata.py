@@ -1,6 +1,8 @@
 """metadata.json: what a stage did, written last and atomically.
 
-Counts are conserved for every file and in total: ``docs_in == docs_out + Σ removed_<reason>``.
+Counts are conserved for every file and in total: ``docs_in == docs_out + Σ removed_<reason>``,
+and for a stage that adds documents (synthesize) ``docs_in + Σ generated_<kind> == docs_out + Σ
+removed_<reason>``.
 A stage whose counts do not add up fails instead of writing a success.
 """
 
@@ -66,12 +68,18 @@ def package_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
     return out
 
 
+def conserved(stats: dict) -> bool:
+    """``docs_in + Σ generated == docs_out + Σ removed`` for one file's stats or a stage's totals."""
+    return stats["docs_in"] + sum(stats.get("generated", {}).values()) == stats["docs_out"] + sum(stats.get("removed", {}).values())
+
+
 def check_file_counts(rel: str, stats: dict) -> None:
     removed = sum(stats.get("removed", {}).values())
-    if stats["docs_in"] != stats["docs_out"] + removed:
+    if not conserved(stats):
+        gen = sum(stats.get("generated", {}).values())
         raise RunFailed(
-            f"{rel}: counts do not add up: docs_in={stats['docs_in']} != docs_out={stats['docs_out']} "
-            f"+ removed={removed} ({stats.get('removed')})",
+            f"{rel}: counts do not add up: docs_in={stats['docs_in']}" + (f" + generated={gen}" if gen else "")
+            + f" != docs_out={stats['docs_out']} + removed={removed} ({stats.get('removed')})",
             "this is a bug in the transform: report it with this metadata",
         )
 
@@ -83,6 +91,7 @@ def totals(files: dict[str, dict]) -> dict[str, Any]:
     counters: Counter = Counter()
     parts: Counter = Counter()
     sampled: Counter = Counter()
+    generated: Counter = Counter()
     for s in files.values():
         for k in ("docs_in", "docs_out", "bytes_in", "bytes_out"):
             t[k] += s[k]
@@ -90,23 +99,27 @@ def totals(files: dict[str, dict]) -> dict[str, Any]:
         counters.update(s.get("counters", {}))
         parts.update(s.get("parts", {}))
         sampled.update(s.get("removed_sampled", {}))
+        generated.update(s.get("generated", {}))
     t["removed"] = dict(sorted(removed.items()))
+    if generated:
+        t["generated"] = dict(sorted(generated.items()))
     t["removed_total"] = sum(removed.values())
     t["counters"] = dict(sorted(counters.items()))
     if set(parts) != {""}:
         t["parts"] = dict(sorted(parts.items()))
     if sampled:
         t["removed_sampled"] = dict(sorted(sampled.items()))
-    if t["docs_in"] != t["docs_out"] + t["removed_total"]:
+    if not conserved(t):
         raise RunFailed(
-            f"total counts do not add up: docs_in={t['docs_in']} != docs_out={t['docs_out']} + removed={t['removed_total']}",
+            f"total counts do not add up: docs_in={t['docs_in']} + generated={sum(generated.values())} != "
+            f"docs_out={t['docs_out']} + removed={t['removed_total']}",
             "this is a bug in the transform: report it with this metadata",
         )
     return t
 
 
 #: where a headline entry looks: ``counters`` by default
-_HEADLINE_SOURCES = ("counters", "removed", "plan", "finish")
+_HEADLINE_SOURCES = ("counters", "removed", "generated", "plan", "finish")
 
 
 def headline(meta: dict, patterns: tuple[str, ...], label: Callable[[str], str] = str) -> list[dict]:
@@ -115,7 +128,7 @@ def headline(meta: dict, patterns: tuple[str, ...], label: Callable[[str], str] 
     from fnmatch import fnmatchcase
 
     sources = {"counters": meta.get("totals", {}).get("counters") or {}, "removed": meta.get("totals", {}).get("removed") or {},
-               "plan": meta.get("plan") or {}, "finish": meta.get("finish") or {}}
+               "generated": meta.get("totals", {}).get("generated") or {}, "plan": meta.get("plan") or {}, "finish": meta.get("finish") or {}}
     out, seen = [], set()
     for p in patterns:
         src, _, pat = p.partition(".") if p.split(".", 1)[0] in _HEADLINE_SOURCES and "." in p else ("counters", "", p)
@@ -124,7 +137,8 @@ def headline(meta: dict, patterns: tuple[str, ...], label: Callable[[str], str] 
             key = f"{src}.{k}"
             if fnmatchcase(k, pat) and key not in seen and isinstance(v, (int, float)) and not isinstance(v, bool):
                 seen.add(key)
-                out.append({"key": key, "label": label(k) if src in ("counters", "removed") else k, "value": v})
+                out.append({"key": key, "label": label(k) if src in ("counters", "removed") else (f"generated {k}" if src == "generated" else k),
+                            "value": v})
     return out
 
 

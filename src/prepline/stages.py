@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import replace
 
-from prepline import logs, progress
+from prepline import logs, metadata, progress
 from prepline.stage_params import check_overrides, deep_merge
 from prepline.clusters import ClusterSpec, NodeGroup, cluster_name, get_provider
 from prepline.clusters.base import DEFAULT_POD_ANNOTATIONS, LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE
@@ -445,7 +445,7 @@ def check_output(output_path: str, max_failed_files: int, stage: str = "") -> di
         raise RunFailed(f"{stage}: metadata.json says status={meta.get('status')}", "see 'failures' in metadata.json")
     if t.get("files_failed", 0) > max_failed_files:
         raise RunFailed(f"{stage}: {t['files_failed']} files failed (allowed {max_failed_files})", "see 'failures' in metadata.json")
-    if t["docs_in"] != t["docs_out"] + sum(t["removed"].values()):
+    if not metadata.conserved(t):
         raise RunFailed(f"{stage}: counts do not add up in metadata.json", "report this bug with the metadata")
     return meta
 

@@ -72,6 +72,8 @@ class Output:
 
     ``parts`` maps a sub-folder ('' for none, e.g. 'lang=en') to the table written there.
     ``removed`` counts documents dropped, by reason: docs_in == docs_out + sum(removed).
+    ``generated`` counts the output's documents that were not in the input (a rephrasing stage's
+    new documents), by kind: then docs_in + sum(generated) == docs_out + sum(removed).
     ``counters`` are extra per-file numbers summed into metadata.json (e.g. detected entities).
     ``removed_rows`` says which rows were removed, by reason: boolean masks (numpy or Arrow) over
     ``removed_from`` (default: the table handed to ``transform``). A transform that removes rows sets
@@ -84,11 +86,13 @@ class Output:
     counters: dict[str, int] = field(default_factory=dict)
     removed_rows: dict[str, Any] = field(default_factory=dict)
     removed_from: pa.Table | None = None
+    generated: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, table: pa.Table, removed: dict[str, int] | None = None, counters: dict[str, int] | None = None,
-           removed_rows: dict[str, Any] | None = None, removed_from: pa.Table | None = None) -> "Output":
-        return cls({"": table}, dict(removed or {}), dict(counters or {}), dict(removed_rows or {}), removed_from)
+           removed_rows: dict[str, Any] | None = None, removed_from: pa.Table | None = None,
+           generated: dict[str, int] | None = None) -> "Output":
+        return cls({"": table}, dict(removed or {}), dict(counters or {}), dict(removed_rows or {}), removed_from, dict(generated or {}))
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,7 @@ class Transform:
     whole_file: ClassVar[bool] = False
     #: the numbers that say what this transform did, shown in the KFP UI (the step's Markdown and
     #: Metrics) and the run report: keys of metadata.json's ``totals.counters`` (``fnmatch`` patterns,
-    #: e.g. ``"pii_*"``), or ``removed.<reason>``, ``plan.<key>`` (:meth:`plan_summary`), ``finish.<key>``
+    #: e.g. ``"pii_*"``), or ``removed.<reason>``, ``generated.<kind>``, ``plan.<key>`` (:meth:`plan_summary`), ``finish.<key>``
     headline: ClassVar[tuple[str, ...]] = ()
     #: True when the plan counts on every file that went into it reaching the output (dedup: a file
     #: may hold the kept copies of other files' duplicates): a file that fails after the first phase

@@ -179,6 +179,7 @@ def process_file(transform: Transform, ctx: PhaseContext, task: FileTask, report
     writers: dict[str, ParquetSink] = {}
     removed: Counter = Counter()
     counters: Counter = Counter()
+    generated: Counter = Counter()
     docs_in = 0
     with contextlib.ExitStack() as outputs:
         samples = RemovedSample(ctx, task, outputs, int(getattr(transform.config, "removed_sample", 0) or 0))
@@ -192,6 +193,7 @@ def process_file(transform: Transform, ctx: PhaseContext, task: FileTask, report
             samples.add(out, table)
             removed.update(out.removed)
             counters.update(out.counters)
+            generated.update(out.generated)
             if report is not None:
                 rows = ctx.file_rows.get(task.rel)
                 report(task.rel, docs_in, task.size * docs_in // rows if rows else 0)
@@ -209,6 +211,8 @@ def process_file(transform: Transform, ctx: PhaseContext, task: FileTask, report
     }
     if samples.rows:
         stats["removed_sampled"] = dict(sorted(samples.rows.items()))
+    if any(generated.values()):
+        stats["generated"] = {k: int(v) for k, v in sorted(generated.items()) if v}
     metadata.check_file_counts(task.rel, stats)
     return stats
 

@@ -6,6 +6,7 @@ reasons named as people read them."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,9 @@ PARAMS = {
     "quality_classifier": {"model_path": "set-by-the-ids-fixture"},
     "url_filter": {"url_column": "source", "banned_words": ["tweets"], "action": "remove"},  # the sample has no url column
     "decontaminate": {"eval_sets": [f"contract={Path(__file__).parents[1] / 'transforms' / 'contract_eval_set.jsonl'}:text"]},
+    # a tiny causal LM made by the ids fixture (tests/transforms/tiny_lm.py)
+    "synthesize": {"model_path": "set-by-the-ids-fixture", "templates": ["wiki=Rewrite: {text} Paragraph:"], "max_new_tokens": 6,
+                   "max_prompt_tokens": 16},
 }
 
 
@@ -33,6 +37,14 @@ def ids(tmp_path_factory) -> Path:
     run_transform("doc_id", {}, RunOptions(input=str(root / "sample"), output=str(root / "ids"), workers=1, progress=False))
     if "quality_classifier" in registry.names():
         PARAMS["quality_classifier"]["model_path"] = _quality_model(root)
+    if "synthesize" in registry.names():
+        import pyarrow.parquet as pq
+
+        sys.path.insert(0, str(Path(__file__).parents[1] / "transforms"))
+        from tiny_lm import make_model
+
+        texts = [x for x in pq.read_table(root / "sample", columns=["contents"]).column(0).to_pylist() if x]
+        PARAMS["synthesize"]["model_path"] = str(make_model(root / "lm", texts, seq=48))
     return root / "ids"
 
 

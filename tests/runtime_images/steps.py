@@ -19,13 +19,14 @@ def _meta(folder: Path) -> None:
 
 def required_params(folder: str) -> dict[str, dict]:
     """The parameters transforms cannot run without (filter's criteria, decontaminate's evaluation
-    sets, quality_classifier's model), as a user passes them. The launcher steps only validate them:
+    sets, quality_classifier's and synthesize's models), as a user passes them. The launcher steps only validate them:
     the (fake) Ray head runs no transform, so the model is named, never loaded."""
     evals = Path(folder) / "evals.jsonl"
     evals.parent.mkdir(parents=True, exist_ok=True)
     evals.write_text(json.dumps({"question": "what is the capital of France?"}) + "\n")
     return {"filter": {"criteria": ["length(contents) > 0"]}, "decontaminate": {"eval_sets": [f"mmlu={evals}:question"]},
-            "quality_classifier": {"model_path": str(Path(folder) / "quality_model")}}
+            "quality_classifier": {"model_path": str(Path(folder) / "quality_model")},
+            "synthesize": {"model_path": str(Path(folder) / "lm")}}
 
 
 def stage_kuberay(a: dict) -> None:

@@ -3,8 +3,8 @@
 * same bytes for 1 and 2 local workers, and for the Ray runtime;
 * a run killed with SIGKILL in any of its phases resumes, redoes only what is missing and ends with
   the bytes of an uninterrupted run;
-* counts add up: ``docs_in == docs_out + Σ removed`` per file and in total, and they match the rows
-  actually read and written;
+* counts add up: ``docs_in + Σ generated == docs_out + Σ removed`` per file and in total (only
+  synthesize generates), and they match the rows actually read and written;
 * the config builds (and the transform is constructed) without loading a model or its library;
 * the transform has its README row and a docs page holding its current parameter table (built-ins).
 
@@ -52,6 +52,9 @@ PARAMS: dict[str, dict] = {
     "url_filter": {"url_column": "source", "banned_words": ["tweets"], "action": "remove"},
     # excerpts of three documents of the contract's sample (made with build_sample(docs=200, files=5))
     "decontaminate": {"eval_sets": [f"contract={Path(__file__).with_name('contract_eval_set.jsonl')}:text"], "action": "remove"},
+    # a tiny causal LM made by the corpus fixture (which sets the path); short generations, small partitions
+    "synthesize": {"model_path": "set-by-the-corpus-fixture", "templates": ["wiki=Rewrite: {text} Paragraph:"], "max_new_tokens": 6,
+                   "max_prompt_tokens": 16, "partition_docs": 16},
 }
 
 
@@ -90,6 +93,11 @@ def corpus(tmp_path_factory) -> dict[str, Path]:
     run_transform("doc_id", params("doc_id"), RunOptions(str(raw), str(ids), workers=1, progress=False))
     if "quality_classifier" in NAMES:
         PARAMS["quality_classifier"]["model_path"] = _quality_model(base)
+    if "synthesize" in NAMES:
+        from tiny_lm import make_model
+
+        texts = [x for x in pq.read_table(base / "sample", columns=["contents"]).column(0).to_pylist() if x]
+        PARAMS["synthesize"]["model_path"] = str(make_model(base / "lm", texts, seq=48))
     return {"raw": raw, "ids": ids, "base": base}
 
 
@@ -196,10 +204,12 @@ def test_counts_add_up(name, corpus):
     inp = input_for(name, corpus)
     t = meta["totals"]
     assert meta["status"] == "success" and t["files_failed"] == 0
-    assert t["docs_in"] == t["docs_out"] + sum(t["removed"].values()) == rows(inp, meta["files"])
+    assert t["docs_in"] + sum(t.get("generated", {}).values()) == t["docs_out"] + sum(t["removed"].values())
+    assert t["docs_in"] == rows(inp, meta["files"])
     assert t["docs_out"] == rows(out, [o for f in meta["files"].values() for o in f["outputs"]])
     for rel, f in meta["files"].items():
-        assert f["docs_in"] == f["docs_out"] + sum(f["removed"].values()) == rows(inp, [rel]), rel
+        assert f["docs_in"] + sum(f.get("generated", {}).values()) == f["docs_out"] + sum(f["removed"].values()), rel
+        assert f["docs_in"] == rows(inp, [rel]), rel
         assert f["docs_out"] == rows(out, f["outputs"]) == sum(f["parts"].values()), rel
 
 

@@ -83,6 +83,30 @@ class _Block(nn.Module):
         x = x + self.drop(self.proj(a.transpose(1, 2).reshape(b, t, d)))
         return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
 
+    def step(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], at: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """One new position per row (``x``: (b, 1, d)) at row positions ``at``: its key and value go
+        into ``cache`` (keys, values: (b, heads, length, d_head)), and it attends to the positions
+        ``valid`` marks ((b, length) bool: the row's earlier positions and itself)."""
+        b, _, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, 1, self.n_head, d // self.n_head).transpose(1, 2) for z in (q, k, v))
+        keys, values = cache
+        rows = torch.arange(b)
+        keys[rows, :, at] = k[:, :, 0]
+        values[rows, :, at] = v[:, :, 0]
+        a = F.scaled_dot_product_attention(q, keys, values, attn_mask=valid[:, None, None, :])
+        x = x + self.proj(a.transpose(1, 2).reshape(b, 1, d))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+    def prefill(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """The causal forward of one row (``x``: (1, t, d)) that also returns its keys and values."""
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.n_head, d // self.n_head).transpose(1, 2) for z in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.out(F.gelu(self.fc(self.ln2(x)))), (k, v)
+
 
 class CausalLM(nn.Module):
     """GPT-style decoder: ``forward(ids[b, t]) -> logits[b, t, vocab_size]``."""
@@ -122,8 +146,55 @@ class CausalLM(nn.Module):
             x = blk(x)
         return self.head(self.ln_f(x))
 
+    def decoder(self, prompts: list[list[int]], new_tokens: int) -> "Decoder":
+        """Incremental decoding of a batch of prompts (of any lengths) with a key/value cache."""
+        return Decoder(self, prompts, new_tokens)
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+class Decoder:
+    """Generation with a key/value cache for a batch of prompts of different lengths: each prompt is
+    run alone (an exact causal forward; its keys and values kept), then every step adds one token per
+    row, each row at its own position, attending only to its own positions (a mask over the padded
+    cache). ``logits``: each row's next-token logits; :meth:`push` appends one token per row;
+    :meth:`keep` drops the rows that are done."""
+
+    def __init__(self, model: CausalLM, prompts: list[list[int]], new_tokens: int):
+        c = model.config
+        self.model = model
+        n, self.width = len(prompts), max(len(p) for p in prompts) + new_tokens
+        if self.width > c.max_seq_len:
+            raise ValueError(f"{self.width} positions (prompt and new tokens) are more than max_seq_len={c.max_seq_len}")
+        dh = c.d_model // c.n_head
+        self.cache = [(torch.zeros(n, c.n_head, self.width, dh), torch.zeros(n, c.n_head, self.width, dh)) for _ in model.blocks]
+        self.lens = torch.tensor([len(p) for p in prompts], dtype=torch.long)
+        last = []
+        for r, p in enumerate(prompts):
+            x = model.tok(torch.tensor([p], dtype=torch.long)) + model.pos(torch.arange(len(p)))
+            for blk, (keys, values) in zip(model.blocks, self.cache):
+                x, (k, v) = blk.prefill(x)
+                keys[r, :, :len(p)] = k[0]
+                values[r, :, :len(p)] = v[0]
+            last.append(model.head(model.ln_f(x[:, -1])))
+        self.logits = torch.cat(last)
+
+    def push(self, tokens: torch.Tensor) -> None:
+        """Append one token per row (at the row's next position) and compute the next logits."""
+        m = self.model
+        at = self.lens.clamp(max=self.width - 1)
+        x = m.tok(tokens[:, None]) + m.pos(at)[:, None]
+        valid = torch.arange(self.width)[None, :] <= at[:, None]
+        for blk, cache in zip(m.blocks, self.cache):
+            x = blk.step(x, cache, at, valid)
+        self.lens += 1
+        self.logits = m.head(m.ln_f(x[:, 0]))
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (indices of the current rows, in order)."""
+        self.cache = [(k[rows], v[rows]) for k, v in self.cache]
+        self.lens, self.logits = self.lens[rows], self.logits[rows]
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
