@@ -226,7 +226,7 @@ def test_word_ids_from_distinct_pieces_equal_normalising_the_whole_text(planted)
     assert (ids > 0).any() and (ids == 0).any()
 
 
-def test_the_words_pass_finds_what_the_token_arrays_find(planted, monkeypatch):
+def test_the_words_pass_finds_what_the_token_arrays_find(planted):
     """The compiled words pass (a piece cache, windows matched while reading) against the Arrow and
     NumPy path over whole token arrays: the same sets and n-grams, also when the cache is emptied
     between calls and has to grow from its smallest size."""
@@ -243,7 +243,7 @@ def test_the_words_pass_finds_what_the_token_arrays_find(planted, monkeypatch):
     assert (want[0] >= 0).sum() >= 12
     got = index.match(arr, "words")
     assert np.array_equal(got[0], want[0]) and got[1] == want[1]
-    monkeypatch.setattr(dc, "MAX_PIECES", 10)  # emptied before every call: each slice starts from an empty cache
+    index._piece_cache().max_pieces = 10  # emptied before every call: each slice starts from an empty cache
     parts = [index.match(arr.slice(a, 50), "words") for a in range(0, len(arr), 50)]
     assert np.array_equal(np.concatenate([f for f, _ in parts]), want[0]) and [g for _, gs in parts for g in gs] == want[1]
 
