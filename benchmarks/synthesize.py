@@ -43,7 +43,7 @@ def run(requests: int = 64, batch_tokens: tuple[int, ...] = (512, 2048, 8192), m
     import pyarrow.parquet as pq
     import torch
 
-    from prepline.generation import Sampling, TorchEngine, model_files, vllm_missing
+    from prepline.generation import Sampling, TorchEngine, vllm_missing
     from prepline.sample import build_sample
 
     torch.set_num_threads(1)
@@ -62,10 +62,9 @@ def run(requests: int = 64, batch_tokens: tuple[int, ...] = (512, 2048, 8192), m
         prompts = [head + b + tail for b in body]
         log(f"[synthesize] model: {params:,} parameters ({layers} layers, d_model {dim}), {len(prompts)} prompts of "
             f"{min(map(len, prompts))}-{max(map(len, prompts))} tokens, 1 CPU thread")
-        files = model_files(str(tmp / "model"))
         for new in max_new:
             for bt in batch_tokens:
-                engine = TorchEngine(files, str(tmp / "model"), Sampling(new, 0.8, 50), stop_id=-1, batch_tokens=bt)  # never stops early
+                engine = TorchEngine(str(tmp / "model"), Sampling(new, 0.8, 50), stop_id=-1, batch_tokens=bt)  # never stops early
                 t0 = time.perf_counter()
                 out = engine.generate(prompts, list(range(len(prompts))))
                 secs = time.perf_counter() - t0
@@ -81,7 +80,7 @@ def run(requests: int = 64, batch_tokens: tuple[int, ...] = (512, 2048, 8192), m
 def _vllm_rows(tmp: Path, tok, prompts, max_new, layers, dim, log) -> dict:  # pragma: no cover - needs a GPU
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from prepline.generation import Sampling, VllmEngine, model_files
+    from prepline.generation import Sampling, VllmEngine
 
     hf = tmp / "hf"
     GPT2LMHeadModel(GPT2Config(vocab_size=tok.vocab_size, n_positions=64 + max(max_new), n_layer=layers, n_embd=dim,
@@ -89,7 +88,7 @@ def _vllm_rows(tmp: Path, tok, prompts, max_new, layers, dim, log) -> dict:  # p
     (hf / "tokenizer.json").write_text(tok.json_text)
     out = {}
     for new in max_new:
-        engine = VllmEngine(model_files(str(hf)), Sampling(new, 0.8, 50), stop_id=-1, seed=0)
+        engine = VllmEngine(str(hf), Sampling(new, 0.8, 50), stop_id=-1, seed=0)
         t0 = time.perf_counter()
         n = sum(map(len, engine.generate(prompts, list(range(len(prompts))))))
         out[new] = round(n / (time.perf_counter() - t0), 1)

@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' moto starter, as scripts/faults.py uses it
@@ -85,44 +86,38 @@ def run(latency_ms: float = 30.0, docs: int = 400, block_mb: float = 0.03125, lo
            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1", "PREPLINE_TOKEN_BLOCK_MB": str(block_mb),
            # two blocks in memory: the token data (a few hundred kB here) must not fit, as a real corpus would not
            "PREPLINE_TOKEN_RECENT_MB": str(2 * block_mb)}
-    old = {k: os.environ.get(k) for k in [*env, "PREPLINE_TOKEN_CACHE", "PREPLINE_TOKEN_CACHE_GB"]}
-    os.environ.update(env)
     try:
-        build_sample(str(work / "sample"), docs=docs, files=2)
-        run_transform("tokenization", {"vocab_size": 512, "tokens_column": ""},
-                      RunOptions(input=str(work / "sample"), output=str(work / "tok"), workers=1, progress=False))
-        s3_client().create_bucket(Bucket="bench")
-        dst = open_location("s3://bench/tok")
-        for p in (work / "tok" / "tokens").rglob("*"):
-            if p.is_file():
-                dst.write_bytes(f"tokens/{p.relative_to(work / 'tok' / 'tokens').as_posix()}", p.read_bytes())
-        index = json.loads((work / "tok" / "tokens" / "index.json").read_text())
-        seq, batch = 128, 16
-        windows = (index["num_tokens"] - 1) // seq
-        per_epoch = windows // batch
-        cfg = {"threads": 1, "model_dim": 64, "batch_size": batch, "lr": 0.01, "warmup_steps": 5, "log_every": 1000,
-               "seq_len": seq, "steps": 2 * per_epoch, "checkpoint_every": 0}
-        rows = []
-        for mode, gb in (("node cache", "20"), ("no cache", "0")):
-            os.environ["PREPLINE_TOKEN_CACHE"] = str(work / f"cache-{gb}")
-            os.environ["PREPLINE_TOKEN_CACHE_GB"] = gb
-            out = work / f"ft-{gb}"
-            t0 = time.perf_counter()
-            s = train([dst.uri], str(out), cfg, out=io.StringIO())
-            lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-            row = {"mode": mode, "seconds": round(time.perf_counter() - t0, 2), "epochs": _shares(lines, per_epoch),
-                   "reads": s["data_reads"], "final_loss": s["final_loss"]}
-            rows.append(row)
-            log(f"[train-loading] {mode:10s} epoch 1 waits {row['epochs'][0]['share']:.1%} of step time, epoch 2 "
-                f"{row['epochs'][1]['share']:.1%}; {s['data_reads']['gets']} GETs, cache hits {s['data_reads']['cache_hits']}")
-        return {"latency_ms": latency_ms, "block_mb": block_mb, "tokens": index["num_tokens"], "bin_mb": round(index["num_tokens"] * 2 / 2**20, 2),
-                "windows": windows, "steps_per_epoch": per_epoch, "rows": rows}
+        with mock.patch.dict(os.environ, env):  # restored on the way out, the cache settings of the loop too
+            build_sample(str(work / "sample"), docs=docs, files=2)
+            run_transform("tokenization", {"vocab_size": 512, "tokens_column": ""},
+                          RunOptions(input=str(work / "sample"), output=str(work / "tok"), workers=1, progress=False))
+            s3_client().create_bucket(Bucket="bench")
+            dst = open_location("s3://bench/tok")
+            for p in (work / "tok" / "tokens").rglob("*"):
+                if p.is_file():
+                    dst.write_bytes(f"tokens/{p.relative_to(work / 'tok' / 'tokens').as_posix()}", p.read_bytes())
+            index = json.loads((work / "tok" / "tokens" / "index.json").read_text())
+            seq, batch = 128, 16
+            windows = (index["num_tokens"] - 1) // seq
+            per_epoch = windows // batch
+            cfg = {"threads": 1, "model_dim": 64, "batch_size": batch, "lr": 0.01, "warmup_steps": 5, "log_every": 1000,
+                   "seq_len": seq, "steps": 2 * per_epoch, "checkpoint_every": 0}
+            rows = []
+            for mode, gb in (("node cache", "20"), ("no cache", "0")):
+                os.environ["PREPLINE_TOKEN_CACHE"] = str(work / f"cache-{gb}")
+                os.environ["PREPLINE_TOKEN_CACHE_GB"] = gb
+                out = work / f"ft-{gb}"
+                t0 = time.perf_counter()
+                s = train([dst.uri], str(out), cfg, out=io.StringIO())
+                lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+                row = {"mode": mode, "seconds": round(time.perf_counter() - t0, 2), "epochs": _shares(lines, per_epoch),
+                       "reads": s["data_reads"], "final_loss": s["final_loss"]}
+                rows.append(row)
+                log(f"[train-loading] {mode:10s} epoch 1 waits {row['epochs'][0]['share']:.1%} of step time, epoch 2 "
+                    f"{row['epochs'][1]['share']:.1%}; {s['data_reads']['gets']} GETs, cache hits {s['data_reads']['cache_hits']}")
+            return {"latency_ms": latency_ms, "block_mb": block_mb, "tokens": index["num_tokens"], "bin_mb": round(index["num_tokens"] * 2 / 2**20, 2),
+                    "windows": windows, "steps_per_epoch": per_epoch, "rows": rows}
     finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         proc.terminate()
         proc.wait(30)
         shutil.rmtree(work, ignore_errors=True)

@@ -148,15 +148,16 @@ class Synthesize(Transform):
         self.check_resources()
 
     def setup(self, ctx) -> None:
-        from prepline.generation import Sampling, load_engine
+        from prepline.generation import Sampling, fetch_model, load_engine
         from prepline.tokens.tokenizer import build_tokenizer
 
         c = self.config
         self._ctx = ctx
         self._templates = parse_templates(c.templates)
-        self._tok = build_tokenizer(c.model_path.rstrip("/"))
+        model = fetch_model(c.model_path)  # read once: hashed, and copied here when it is remote
+        self._tok = build_tokenizer(model.path)
         self._sampling = Sampling(c.max_new_tokens, c.temperature, c.top_k)
-        self._engine, self._info = load_engine(c.model_path, c.engine, self._sampling, self._tok.eos_id, c.batch_tokens, c.seed)
+        self._engine, self._info = load_engine(model, c.engine, self._sampling, self._tok.eos_id, c.batch_tokens, c.seed)
         self._parts = [tuple(self._tok.tokenizer.encode(p, add_special_tokens=False).ids for p in prompt.split("{text}"))
                        for _, prompt in self._templates]
         fixed = max(len(head) + len(tail) for head, tail in self._parts)
@@ -216,8 +217,8 @@ class Synthesize(Transform):
                              "new documents are numbered from them", "run doc_id first (it numbers documents from 0)")
         has = np.asarray(pc.fill_null(pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0), False).to_numpy(zero_copy_only=False), dtype=bool)
         rows = np.flatnonzero(has)
-        docs = [self._tok.tokenizer.encode(t, add_special_tokens=False).ids[:c.max_prompt_tokens]
-                for t in text.take(pa.array(rows)).to_pylist()] if len(rows) else []
+        docs = [e.ids[:c.max_prompt_tokens] for e in self._tok.tokenizer.encode_batch(text.take(pa.array(rows)).to_pylist(),
+                                                                                      add_special_tokens=False)] if len(rows) else []
         prompts, seeds, who = [], [], []
         room = self._engine.max_seq_len - c.max_new_tokens
         for j, r in enumerate(rows.tolist()):

@@ -53,36 +53,51 @@ class Engine:
         raise NotImplementedError
 
 
-def model_files(model_path: str) -> dict[str, bytes]:
-    """Every file of a model folder (local or object store), by relative path; a clear error when
-    the folder has no ``config.json``."""
-    from prepline.data_access import open_location
+@dataclass(frozen=True)
+class ModelFolder:
+    """A model folder on this machine: the folder itself when it is local, else a copy of the
+    object-store folder, made once per worker (the engine and the tokenizer then read it there)."""
 
-    loc = open_location(model_path.rstrip("/"))
+    uri: str
+    path: str
+    sha256: str  # of the files' names and bytes, in name order
+    hf: bool  # a Hugging Face folder (else prepline's format)
+
+
+def fetch_model(model_path: str) -> ModelFolder:
+    """The folder of ``model_path`` (local or object store), each file read once: hashed, and copied
+    when remote; a clear error when it has no ``config.json``."""
+    from prepline.data_access import open_location, scheme_of
+    from prepline.train.model import FORMAT
+
+    uri = model_path.rstrip("/")
+    loc = open_location(uri)
     try:
-        files = {f.rel: loc.read_bytes(f.rel) for f in loc.list_all() if not f.rel.startswith(".")}
+        names = sorted(f.rel for f in loc.list_all() if not f.rel.startswith("."))
     except FileNotFoundError:
-        files = {}
-    if "config.json" not in files:
+        names = []
+    if "config.json" not in names:
         raise ConfigError(f"model_path {model_path!r} is not a model folder (no config.json in it)",
                           "pass the folder fine_tune writes (<output>/model: config.json, model.pt, tokenizer.json) "
                           "or a Hugging Face model folder, local or s3://")
-    return files
-
-
-def model_sha256(files: dict[str, bytes]) -> str:
-    """One hash of a model folder: its files' names and bytes, in name order."""
+    local = scheme_of(uri) is None
+    path = loc.path() if local else tempfile.mkdtemp(prefix="prepline-model-")
     h = hashlib.sha256()
-    for name in sorted(files):
-        h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
-    return h.hexdigest()
-
-
-def is_hf(files: dict[str, bytes]) -> bool:
-    from prepline.train.model import FORMAT
-
-    conf = json.loads(files["config.json"])
-    return conf.get("format") != FORMAT and ("model_type" in conf or "architectures" in conf)
+    for name in names:
+        if local:
+            with open(os.path.join(path, name), "rb") as f:
+                digest = hashlib.file_digest(f, "sha256").digest()
+        else:
+            data = loc.read_bytes(name)
+            digest = hashlib.sha256(data).digest()
+            os.makedirs(os.path.dirname(os.path.join(path, name)), exist_ok=True)
+            with open(os.path.join(path, name), "wb") as f:
+                f.write(data)
+        h.update(name.encode() + b"\0" + digest)
+    with open(os.path.join(path, "config.json"), "rb") as f:
+        conf = json.loads(f.read())
+    hf = conf.get("format") != FORMAT and ("model_type" in conf or "architectures" in conf)
+    return ModelFolder(uri, path, h.hexdigest(), hf)
 
 
 def gpu_available() -> bool:
@@ -104,37 +119,37 @@ def vllm_missing() -> str:
     return ""
 
 
-def pick_engine(engine: str, files: dict[str, bytes]) -> str:
+def pick_engine(engine: str, hf: bool) -> str:
     if engine not in ENGINES:
         raise ConfigError(f"engine {engine!r} is not one of {', '.join(ENGINES)}", "pass engine=auto, torch or vllm")
     if engine == "auto":
-        return "vllm" if is_hf(files) and not vllm_missing() else "torch"
+        return "vllm" if hf and not vllm_missing() else "torch"
     if engine == "vllm":
-        why = vllm_missing() or ("" if is_hf(files) else "vLLM loads Hugging Face model folders only; this is a prepline model folder")
+        why = vllm_missing() or ("" if hf else "vLLM loads Hugging Face model folders only; this is a prepline model folder")
         if why:
             raise ConfigError(f"engine=vllm cannot run: {why}", "run on a GPU worker group of the Ray image with vLLM, or pass engine=torch")
     return engine
 
 
-def load_engine(model_path: str, engine: str, sampling: Sampling, stop_id: int, batch_tokens: int, seed: int) -> tuple[Engine, dict]:
-    """The engine for ``model_path`` and what provenance records of it (engine, model, its hash)."""
-    files = model_files(model_path)
-    name = pick_engine(engine, files)
-    info = {"engine": name, "model": model_path.rstrip("/"), "model_sha256": model_sha256(files)}
+def load_engine(model: ModelFolder, engine: str, sampling: Sampling, stop_id: int, batch_tokens: int, seed: int) -> tuple[Engine, dict]:
+    """The engine for ``model`` and what provenance records of it (engine, model, its hash)."""
+    name = pick_engine(engine, model.hf)
+    info = {"engine": name, "model": model.uri, "model_sha256": model.sha256}
     if name == "vllm":
-        return VllmEngine(files, sampling, stop_id, seed), info
-    return TorchEngine(files, model_path, sampling, stop_id, batch_tokens), info
+        return VllmEngine(model.path, sampling, stop_id, seed), info
+    return TorchEngine(model.path, sampling, stop_id, batch_tokens), info
 
 
 class TorchEngine(Engine):
     name = "torch"
 
-    def __init__(self, files: dict[str, bytes], model_path: str, sampling: Sampling, stop_id: int, batch_tokens: int):
+    def __init__(self, path: str, sampling: Sampling, stop_id: int, batch_tokens: int):
+        """``path``: a local model folder (:func:`fetch_model`)."""
         from prepline.train.config import TrainConfig
         from prepline.train.models import load_base_model
 
         with tempfile.TemporaryDirectory() as tmp:
-            lm = load_base_model(model_path.rstrip("/"), TrainConfig(), tmp)
+            lm = load_base_model(path, TrainConfig(), tmp)
         self.model = lm.model.eval()
         self.max_seq_len = int(lm.max_seq_len)
         self.sampling, self.stop_id, self.batch_tokens = sampling, stop_id, batch_tokens
@@ -246,16 +261,11 @@ class TorchEngine(Engine):
 class VllmEngine(Engine):  # pragma: no cover - needs a GPU and vLLM (scripts/bench.py --synthesize checks it where present)
     name = "vllm"
 
-    def __init__(self, files: dict[str, bytes], sampling: Sampling, stop_id: int, seed: int):
+    def __init__(self, path: str, sampling: Sampling, stop_id: int, seed: int):
+        """``path``: a local Hugging Face folder (:func:`fetch_model`)."""
         from vllm import LLM
 
-        self._dir = tempfile.mkdtemp(prefix="prepline-vllm-")
-        for rel, data in files.items():
-            path = os.path.join(self._dir, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(data)
-        self.llm = LLM(model=self._dir, seed=seed, skip_tokenizer_init=True)
+        self.llm = LLM(model=path, seed=seed, skip_tokenizer_init=True)
         self.sampling, self.stop_id = sampling, stop_id
         self.max_seq_len = int(self.llm.llm_engine.model_config.max_model_len)
 

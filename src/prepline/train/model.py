@@ -76,12 +76,16 @@ class _Block(nn.Module):
         self.drop = nn.Dropout(c.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.prefill(x)[0]
+
+    def prefill(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """The causal forward, and its keys and values (each (b, heads, t, d_head)) for a decoder's cache."""
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
         q, k, v = (z.view(b, t, self.n_head, d // self.n_head).transpose(1, 2) for z in (q, k, v))
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
         x = x + self.drop(self.proj(a.transpose(1, 2).reshape(b, t, d)))
-        return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
+        return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x))))), (k, v)
 
     def step(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], at: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """One new position per row (``x``: (b, 1, d)) at row positions ``at``: its key and value go
@@ -98,14 +102,6 @@ class _Block(nn.Module):
         x = x + self.proj(a.transpose(1, 2).reshape(b, 1, d))
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
-    def prefill(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """The causal forward of one row (``x``: (1, t, d)) that also returns its keys and values."""
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.n_head, d // self.n_head).transpose(1, 2) for z in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
-        return x + self.out(F.gelu(self.fc(self.ln2(x)))), (k, v)
 
 
 class CausalLM(nn.Module):
