@@ -120,6 +120,7 @@ class Synthesize(Transform):
     Config = SynthesizeConfig
     summary = "rephrase documents with a causal LM (torch on CPU, vLLM on GPU) into new documents with provenance; checkpointed partitions"
     extra = "train"
+    uses_gpu = True  # vLLM on the GPU group's pods
     headline = ("generated.*", "removed.*", "synth_*")
 
     def input_columns(self) -> list[Column]:

@@ -125,7 +125,7 @@ def read_metadata(path: str) -> StageMetadata:
 
 def run(transform: str, input: str, output: str, *, params: dict | None = None, runtime: str = "local", workers: int = 0,
         cpus_per_worker: float = 1.0, ray_address: str | None = None, max_failed_files: int = 0, task_retries: int = 2,
-        overwrite: bool = False, progress: bool = False, workers_over_cpus: bool = False, allow_empty_output: bool = False,
+        overwrite: bool = False, gpus_per_worker: float = 0.0, progress: bool = False, workers_over_cpus: bool = False, allow_empty_output: bool = False,
         **transform_params: Any) -> StageMetadata:
     """Run ``transform`` over ``input`` into ``output`` (what ``prepline run`` does) and return its metadata.
 
@@ -136,6 +136,7 @@ def run(transform: str, input: str, output: str, *, params: dict | None = None, 
     from prepline.engine import RunOptions, run_transform
 
     opts = RunOptions(input=str(input), output=str(output), runtime=runtime, workers=workers, cpus_per_worker=cpus_per_worker,
+                      gpus_per_worker=gpus_per_worker,
                       ray_address=ray_address, max_failed_files=max_failed_files, task_retries=task_retries,
                       overwrite=overwrite, progress=progress, workers_over_cpus=workers_over_cpus,
                       allow_empty_output=allow_empty_output)

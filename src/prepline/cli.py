@@ -59,6 +59,8 @@ def _run_parser(transform: str | None) -> argparse.ArgumentParser:
     p.add_argument("--workers-over-cpus", action="store_true",
                    help="allow a local run more workers than CPUs, up to 8 per CPU (also PREPLINE_WORKERS_OVER_CPUS=1)")
     p.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs each Ray worker reserves (default 1)")
+    p.add_argument("--gpus-per-worker", type=float, default=0.0,
+                   help="GPUs each Ray worker reserves (default 0); Ray places workers on nodes that have them (synthesize with vLLM)")
     p.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
     p.add_argument("--max-failed-files", type=int, default=0,
                    help="bad input files allowed to fail; they are listed (with their documents) in metadata.json (default 0)")
@@ -185,6 +187,7 @@ def _cmd_run(argv: list[str]) -> int:
         runtime=args.runtime,
         workers=args.workers,
         cpus_per_worker=args.cpus_per_worker,
+        gpus_per_worker=args.gpus_per_worker,
         ray_address=args.ray_address,
         max_failed_files=args.max_failed_files,
         task_retries=args.task_retries,

@@ -161,7 +161,7 @@ def _run_phases(run: _Run, progress: ProgressFactory | None) -> None:
     try:
         executor = make_executor(run.options)
         run.startup, run.executor_stats = time.perf_counter() - run.t_start, executor.stats
-        on_driver = make_executor(replace(run.options, runtime="local", workers=1))
+        on_driver = make_executor(replace(run.options, runtime="local", workers=1, gpus_per_worker=0.0))
         for phase in run.transform.phases() + [Phase(FINAL, "files", "transform")]:
             if phase.name == FINAL and run.transform.phases():
                 _check_input_unchanged(run)  # the plan was made from the files as they were

@@ -82,10 +82,11 @@ _ALL = [
                   'api_version (v2 | v1), job_access (direct: the head service from inside the cluster | apiserver: '
                   'through the API server, needs RBAC create on services/proxy), pending_grace_seconds (docs/cluster.md).'),
     PipelineParam("cluster_json", str, "{}",
-                  "Cluster resources as JSON: head/workers {cpu, memory, gpu, replicas}, image (default: ray_image), env, "
+                  "Cluster resources as JSON: head/workers {cpu, memory, gpu, replicas}, gpu_workers (a GPU group next to the "
+                  "workers: {gpu, cpu, memory, replicas, tolerations, node_selector}), image (default: ray_image), env, "
                   "env_from_secrets (default: every key of s3_secret_name), tolerations, node_selector, labels, "
                   "pod_annotations (default: sidecar.istio.io/inject false), namespace (default: provider_json's), "
-                  "service_account, cpus_per_worker."),
+                  "service_account, cpus_per_worker, gpus_per_worker (default 1 with a GPU group)."),
     PipelineParam("max_failed_files", int, 0, "Input files allowed to fail (listed in metadata.json); the step fails beyond that."),
     PipelineParam("timeout_seconds", int, 86400, "Maximum run time of the Ray job."),
     PipelineParam("start_timeout_seconds", int, 900, "Maximum time to wait for the cluster to accept jobs."),

@@ -21,7 +21,7 @@ from dataclasses import replace
 from prepline import logs, metadata, progress
 from prepline.stage_params import check_overrides, deep_merge
 from prepline.clusters import ClusterSpec, NodeGroup, cluster_name, get_provider
-from prepline.clusters.base import DEFAULT_POD_ANNOTATIONS, LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE
+from prepline.clusters.base import DEFAULT_GPU_WORKERS, DEFAULT_POD_ANNOTATIONS, LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE
 from prepline.clusters.http import Unavailable
 from prepline.errors import ConfigError, PreplineError, RunFailed
 
@@ -125,8 +125,14 @@ def prepare(
     params = run_refs(params, work_root, data_run)
     from prepline import registry  # here, not at the top: start and stop (every stage's overhead) never import the transforms
 
-    cfg = registry.get(transform).Config.from_params(params)  # a bad parameter fails here
+    cls = registry.get(transform)
+    cfg = cls.Config.from_params(params)  # a bad parameter fails here
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
+    cpus, gpus = placement(cluster_json, spec)
+    if gpus and not cls.uses_gpu:
+        raise ConfigError(f"stage {stage}: cluster_json asks for GPU workers, but {transform} does not use GPUs (they would sit idle)",
+                          f"drop gpu_workers (and gpus_per_worker) from {stage}'s cluster_json; GPU stages: "
+                          + ", ".join(sorted(n for n in registry.names() if registry.get(n).uses_gpu)))
     return {
         "run": True,
         "transform": transform,
@@ -138,7 +144,7 @@ def prepare(
         "output_path": stage_output(work_root, data_run, stage, branch),
         "cluster_json": cluster_json,
         "cluster_name": spec.name,
-        "workers": workers_for(spec, _json("cluster_json", cluster_json, {}).get("cpus_per_worker", 1.0)),
+        "workers": workers_for(spec, cpus, gpus),
         "allow_empty_output": allow,
     }
 
@@ -190,18 +196,29 @@ def run_refs(params: dict, work_root: str, run_id: str) -> dict:
 def cluster_spec(cluster_json: str, name: str, run_id: str = "", stage: str = "", branch: str = "") -> ClusterSpec:
     """The ClusterSpec from the pipeline's cluster JSON (head/workers/image/env/secrets/tolerations ...)."""
     c = _json("cluster_json", cluster_json, {})
-    known = {"namespace", "image", "head", "workers", "env", "env_from_secrets", "tolerations", "node_selector",
+    known = {"namespace", "image", "head", "workers", "gpu_workers", "env", "env_from_secrets", "tolerations", "node_selector",
              "labels", "annotations", "pod_annotations", "service_account", "image_pull_secrets", "ray_start_params",
-             "cpus_per_worker", "ray_version"}
+             "cpus_per_worker", "gpus_per_worker", "ray_version"}
     unknown = sorted(set(c) - known)
     if unknown:
         raise ConfigError(f"cluster_json has unknown key(s) {', '.join(unknown)}", f"known keys: {', '.join(sorted(known))}")
-    kw = {k: v for k, v in c.items() if k not in ("head", "workers", "cpus_per_worker")}
-    try:
-        head = NodeGroup(**c["head"]) if "head" in c else None
-        workers = NodeGroup(**c["workers"]) if "workers" in c else None
-    except TypeError as e:
-        raise ConfigError(f"cluster_json head/workers: {e}", "use keys cpu, memory, gpu, replicas, min_replicas, max_replicas") from None
+    kw = {k: v for k, v in c.items() if k not in ("head", "workers", "gpu_workers", "cpus_per_worker", "gpus_per_worker")}
+    groups = {}
+    for key, base in (("head", {}), ("workers", {}), ("gpu_workers", DEFAULT_GPU_WORKERS)):
+        if key not in c:
+            continue
+        if not isinstance(c[key], dict):
+            raise ConfigError(f"cluster_json {key} must be an object", f'e.g. {{"{key}": {{"cpu": "2", "memory": "4Gi", "replicas": 1}}}}')
+        if key == "gpu_workers" and "replicas" not in c[key] and "max_replicas" not in c[key]:
+            base = {**base, "replicas": 1}  # asking for the group at all means at least one pod
+        try:
+            groups[key] = NodeGroup(**{**base, **c[key]})
+        except TypeError as e:
+            raise ConfigError(f"cluster_json {key}: {e}", "use keys cpu, memory, gpu, replicas, min_replicas, max_replicas, "
+                              "gpu_resource, tolerations, node_selector") from None
+    if "gpu_workers" in groups and "workers" not in groups:  # the stage's actors go to the GPU pods: no idle CPU pod
+        groups["workers"] = NodeGroup(cpu="2", memory="4Gi", replicas=0)
+    head, workers, gpu_workers = groups.get("head"), groups.get("workers"), groups.get("gpu_workers")
     labels = {LABEL_MANAGED: "true", LABEL_RUN: run_key(run_id)[:63], LABEL_STAGE: stage.replace("_", "-")[:63]}
     if branch:
         labels[LABEL_BRANCH] = branch[:63]
@@ -215,11 +232,35 @@ def cluster_spec(cluster_json: str, name: str, run_id: str = "", stage: str = ""
         spec = replace(spec, head=head)
     if workers:
         spec = replace(spec, workers=workers)
+    if gpu_workers:
+        spec = replace(spec, gpu_workers=gpu_workers)
     return spec
 
 
-def workers_for(spec: ClusterSpec, cpus_per_worker: float = 1.0) -> int:
-    """Actors per cluster from its resources: worker CPUs (or the head's, without workers) per actor."""
+def placement(cluster_json: str, spec: ClusterSpec) -> tuple[float, float]:
+    """(CPUs, GPUs) each Ray actor of the stage reserves: ``cpus_per_worker`` (default 1) and
+    ``gpus_per_worker`` (default 1 when the cluster has GPUs, else 0). Actors that reserve a GPU are
+    placed on the pods that have one (Ray's scheduler, from the ``--num-gpus`` KubeRay gives them)."""
+    c = _json("cluster_json", cluster_json, {})
+    cpus, gpus = c.get("cpus_per_worker", 1.0), c.get("gpus_per_worker", 1 if spec.gpus() else 0)
+    for key, v, low in (("cpus_per_worker", cpus, 0.0), ("gpus_per_worker", gpus, 0.0)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < low or (key == "cpus_per_worker" and v <= 0):
+            raise ConfigError(f"cluster_json {key} = {v!r} must be a positive number" + (" or 0" if key == "gpus_per_worker" else ""),
+                              f'e.g. "{key}": 1 (fractions share a device: 0.5 puts two actors on one)')
+    if gpus and not spec.gpus():
+        raise ConfigError(f"cluster_json gpus_per_worker = {gpus} but the cluster has no GPU",
+                          'add a GPU group: {"gpu_workers": {"replicas": 1, "gpu": 1}}, or drop gpus_per_worker')
+    if gpus > max(spec.gpu_workers.gpu, spec.head.gpu):
+        raise ConfigError(f"cluster_json gpus_per_worker = {gpus} is more than any pod has ({max(spec.gpu_workers.gpu, spec.head.gpu)})",
+                          "an actor runs in one pod: give gpu_workers.gpu >= gpus_per_worker")
+    return float(cpus), float(gpus)
+
+
+def workers_for(spec: ClusterSpec, cpus_per_worker: float = 1.0, gpus_per_worker: float = 0.0) -> int:
+    """Actors per cluster from its resources: GPUs per actor when actors take GPUs, else worker CPUs
+    (or the head's, without workers) per actor."""
+    if gpus_per_worker:
+        return max(1, math.floor(spec.gpus() / gpus_per_worker + 1e-9))
     cpus = spec.workers.replicas * spec.workers.cpus() if spec.workers.replicas else spec.head.cpus()
     return max(1, math.floor(cpus / cpus_per_worker))
 
@@ -262,7 +303,7 @@ def start(provider: str, provider_json: str, cluster_json: str, run_id: str, sta
 
 
 def entrypoint(transform: str, config_json: str, input_path: str, output_path: str, workers: int, max_failed_files: int,
-               allow_empty_output: bool = False) -> str:
+               allow_empty_output: bool = False, cpus_per_worker: float = 1.0, gpus_per_worker: float = 0.0) -> str:
     """The Ray job's command. It logs progress lines (no terminal there) every PREPLINE_PROGRESS_INTERVAL
     seconds (default 10), in the step's PREPLINE_LOG_FORMAT: both are passed on when the step has them."""
     fmt = os.environ.get(logs.ENV_FORMAT, "")
@@ -272,6 +313,8 @@ def entrypoint(transform: str, config_json: str, input_path: str, output_path: s
         for a in ["python", "-m", "prepline.cli", *(["--log-format", logs.log_format(fmt)] if fmt else []), "run", transform,
                   "--input", input_path, "--output", output_path, "--runtime", "ray", "--workers", str(workers),
                   "--max-failed-files", str(max_failed_files), "--params", config_json,
+                  *(["--cpus-per-worker", f"{cpus_per_worker:g}"] if cpus_per_worker != 1.0 else []),
+                  *(["--gpus-per-worker", f"{gpus_per_worker:g}"] if gpus_per_worker else []),
                   *(["--allow-empty-output"] if allow_empty_output else []),
                   *(["--progress-interval", str(progress.interval(float(every) if every else None))] if every else [])]
     )
@@ -302,7 +345,8 @@ def execute(
     cluster_json = _merged_cluster(cluster_json, overrides_json, stage, branch)
     spec = cluster_spec(cluster_json, cluster_name(run_key(run_id), stage, branch), run_id, stage, branch)
     p = _provider(provider, provider_json)
-    cmd = entrypoint(transform, config_json, input_path, output_path, workers, max_failed_files, allow_empty_output)
+    cpus, gpus = placement(cluster_json, spec)
+    cmd = entrypoint(transform, config_json, input_path, output_path, workers, max_failed_files, allow_empty_output, cpus, gpus)
     t0 = time.monotonic()
     where = f"{stage}{'/' + branch if branch else ''}"
     for attempt in range(SETUP_RETRIES + 1):

@@ -146,6 +146,9 @@ class Transform:
     #: may hold the kept copies of other files' duplicates): a file that fails after the first phase
     #: read it then fails the run, even under --max-failed-files
     plan_needs_every_file: ClassVar[bool] = False
+    #: True when its workers can use a GPU: on a cluster with a GPU group each actor then reserves
+    #: ``gpus_per_worker`` GPUs (Ray places it on a GPU pod); a stage that does not use one refuses a GPU group
+    uses_gpu: ClassVar[bool] = False
 
     def __init__(self, config: TransformConfig):
         if not isinstance(config, self.Config):

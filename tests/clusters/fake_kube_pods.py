@@ -112,15 +112,33 @@ class FakePods:
         elif f == "oom":
             cs.update(restartCount=3, state={"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}},
                       lastState={"terminated": {"reason": "OOMKilled", "exitCode": 137}})
+        unplaced = self.unplaced(c)
+        head_name = f"{name}-head-x7k2p"
         if f == "unsched":
-            status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                     "message": "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available"}]
+            msg = unplaced.get(head_name) or ("0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available: "
+                                              "3 No preemption victims found for incoming pod.")
+            status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg}]
         else:
             status["containerStatuses"] = [cs]
         if f == "quota":
             return []  # the pod was never created
-        return [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-head-x7k2p", "namespace": ns,
-                 "labels": {"ray.io/cluster": name, "ray.io/node-type": "head"}}, "status": status}]
+        if unplaced and not f and c.polls > self.ready_after:  # the head runs; some worker pod waits for a node
+            status["phase"] = "Running"
+            cs.update(ready=True, state={"running": {"startedAt": c.created}})
+        out = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": head_name, "namespace": ns,
+                "labels": {"ray.io/cluster": name, "ray.io/node-type": "head", "ray.io/group": "headgroup"}}, "status": status}]
+        for p in c.pods[1:]:  # the worker pods, where the scheduler placed them (fake_scheduler)
+            labels = {"ray.io/cluster": name, "ray.io/node-type": "worker", "ray.io/group": p.group}
+            if p.name in unplaced:
+                st = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                                          "message": unplaced[p.name]}]}
+            else:
+                up = state == "ready"
+                st = {"phase": "Running" if up else "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}],
+                      "containerStatuses": [{"name": "ray-worker", "ready": up, "restartCount": 0, "image": "rayproject/ray", "imageID": "",
+                                             "state": {"running": {"startedAt": c.created}} if up else {"waiting": {"reason": "ContainerCreating"}}}]}
+            out.append({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": p.name, "namespace": ns, "labels": labels}, "status": st})
+        return out
 
     def _serve_kube(self, h: BaseHTTPRequestHandler) -> None:
         """The fake Kubernetes API: pods of the clusters, read-only."""

@@ -19,6 +19,12 @@ What it does (and what it does not):
   FailedCreateHeadPod (and, V1, a Warning event FailedToCreateHeadPod on the RayCluster);
   "unsched" -> HeadPodReady False, reason Unknown, no message (an unscheduled pod has no Ready
   condition): only the pods tell (PodScheduled False, Unschedulable).
+* ``nodes`` (a list of ``fake_scheduler.Node``): a V2 cluster's pods (the head, each worker group's
+  replicas) are placed by ``fake_scheduler.schedule`` when it is created; while a pod fits nowhere
+  the cluster stays pending (``calculateStatus`` wants every pod running) and that pod says why
+  (PodScheduled False, Unschedulable, the scheduler's message); an unplaced head also keeps
+  HeadPodReady False (reason Unknown). In lab mode the realiser starts the placed pods on those nodes.
+  Without ``nodes`` every pod fits.
 * The pods are served by a separate fake Kubernetes API (``kube_url``: ``GET
   /api/v1/namespaces/{ns}/pods?labelSelector=ray.io/cluster=<name>``), never by the API server (its
   V2 proxy serves only ray.io resources: ``apiserversdk/proxy.go``); ``pods_forbidden`` -> 403.
@@ -59,6 +65,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import yaml
 
 from fake_kube_pods import FakePods
+from fake_scheduler import pods_of, release, schedule
 from fake_ray_dashboard import Answer, FakeDashboards, FakeRayJobs
 from kuberay_schemas import _strict, validate_raycluster, validate_swagger  # noqa: F401 (re-exported)
 
@@ -90,6 +97,8 @@ class _Cluster:
     obj: dict  # V2: the RayCluster; V1: the Cluster message
     polls: int = 0
     probes_after_ready: int = 0
+    pods: list = field(default_factory=list)  # fake_scheduler.Pod of a V2 cluster placed by ``nodes``
+    placement: dict = field(default_factory=dict)  # pod name -> node name, or "!" + the scheduler's message
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
@@ -121,7 +130,7 @@ class FakeKubeRay(FakePods):
     def __init__(self, *, ready_after: int = 2, dashboard_lag: int = 2, job_steps: int = 2, token: str | None = None,
                  forbid: tuple = (), ray_version: str = "2.60.0", fail_first: int = 0, proxy_create: bool = False,
                  cut_short: int | None = 160, pods_forbidden: bool = False, agent_lag: int = 0, secrets: dict | None = None,
-                 kuberay_version: str = "1.7.0", bind: str = "127.0.0.1", realise=None):
+                 kuberay_version: str = "1.7.0", bind: str = "127.0.0.1", realise=None, nodes=None):
         #: where the fake's HTTP servers listen (the lab binds them to its bridge so that its hosts reach them)
         self.bind = bind
         #: lab mode (tests/lab/lab_kuberay.py): an accepted V2 RayCluster is started as real Ray nodes on lab
@@ -131,6 +140,8 @@ class FakeKubeRay(FakePods):
         #: (no free host), "broken" (an image the lab does not have) or "crash" (a node's process exited:
         #: CrashLoopBackOff, its last state Error). Injected failures (names) are never realised.
         self.realise = realise
+        #: the Kubernetes nodes pods are scheduled on (fake_scheduler.Node); None: every pod fits
+        self.nodes = nodes
         self.ready_after, self.dashboard_lag, self.job_steps = ready_after, dashboard_lag, job_steps
         self.secrets: dict[tuple[str, str], dict] = dict(secrets or {})
         self.kuberay_version = kuberay_version
@@ -317,10 +328,17 @@ class FakeKubeRay(FakePods):
         raise _k8s_status(404, "NotFound", f"the server could not find the requested resource ({method} {path})")
 
     # -- cluster state ----------------------------------------------------------------------------
+    def unplaced(self, c: _Cluster) -> dict[str, str]:
+        """Pods of the cluster that no node can hold: name -> the scheduler's message."""
+        return {n: v[1:] for n, v in c.placement.items() if v.startswith("!")}
+
     def _failure(self, name: str, ns: str = "") -> str:
         for k in ("broken", "oom", "quota", "unsched"):
             if k in name:
                 return k
+        c = self.clusters.get((ns, name)) if ns else None
+        if c is not None and c.pods and c.placement.get(c.pods[0].name, "").startswith("!"):
+            return "unsched"  # the head fits no node
         if ns and self._config_error(ns, name):  # a secret the head container needs is missing in its namespace
             return "config"
         if ns and self.realise is not None:  # lab mode: no free host for a node ("unsched"), an image it lacks ("broken")
@@ -333,7 +351,7 @@ class FakeKubeRay(FakePods):
         (raycluster_controller.go returns after ValidateRayClusterMetadata fails, with a Warning event only)."""
         if c.polls <= 1 or len(name) > 53:
             return ""
-        if self._failure(name, ns_of(c)):
+        if self._failure(name, ns_of(c)) or self.unplaced(c):
             return "pending"
         if self._realised(c):
             return "pending" if self.realise.not_ready(ns_of(c), name) else "ready"
@@ -353,7 +371,8 @@ class FakeKubeRay(FakePods):
         the shape of ``kuberay_version``: before 1.5.1 the head pod's PodReady reason is copied as it is
         (``ContainersNotReady``, the kubelet's message); from 1.5.1 (kuberay #4196) a not-ready
         container's waiting/terminated reason replaces it and its message is appended."""
-        if state == "ready":
+        if state == "ready" or (self.unplaced(c) and not self._failure(name, ns_of(c)) and c.polls > self.ready_after):
+            # the head runs; a worker pod that fits nowhere keeps the cluster pending without a condition of its own
             return [{"type": "HeadPodReady", "status": "True", "reason": "HeadPodRunningAndReady", "message": ""}]
         conds = self._conditions_new(c, name)
         if not self.container_reasons:
@@ -430,9 +449,13 @@ class FakeKubeRay(FakePods):
         obj = copy.deepcopy(body)
         c = _Cluster("v2", obj)
         obj["metadata"].update(namespace=ns, uid=str(uuid.uuid4()), resourceVersion="1", generation=1, creationTimestamp=c.created)
+        if self.nodes is not None and not any(k in name for k in ("broken", "oom", "quota", "unsched")):
+            c.pods = pods_of(obj)
+            c.placement = schedule(c.pods, self.nodes)
         self.clusters[(ns, name)] = c
         if self._realised(c) and not self._failure(name, ns):
-            self.realise.create(ns, name, copy.deepcopy(obj), functools.partial(self.container_env, ns))
+            extra = {"placement": {p.name: (p.group, c.placement[p.name]) for p in c.pods}} if c.pods else {}
+            self.realise.create(ns, name, copy.deepcopy(obj), functools.partial(self.container_env, ns), **extra)
         return _Reply(201, obj)
 
     def _v2_find(self, ns: str, name: str) -> _Cluster:
@@ -447,6 +470,8 @@ class FakeKubeRay(FakePods):
     def _v2_delete(self, ns: str, name: str, q: dict, body) -> _Reply:
         c = self._v2_find(ns, name)
         del self.clusters[(ns, name)]
+        if c.pods:
+            release(c.placement, c.pods, self.nodes)
         self.ray.drop(ns, name)
         if self._realised(c):
             self.realise.delete(ns, name)

@@ -206,6 +206,51 @@ def test_a_cluster_that_cannot_start_fails_fast_with_the_reason(fake, version, k
     assert all(c.obj.get("status", {}).get("state") != "failed" for c in fake.clusters.values())
 
 
+def gpu_pool() -> list:
+    """Two CPU nodes and one GPU node (tainted and labelled as GKE/NVIDIA GPU pools are)."""
+    from fake_scheduler import Node
+
+    cpu = [Node(f"cpu-{i}", {"cpu": "8", "memory": "32Gi"}, {"pool": "cpu"}) for i in range(2)]
+    gpu = Node("gpu-0", {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "1"}, {"pool": "gpu", "gpu": "l4"},
+               [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
+    return cpu + [gpu]
+
+
+def test_a_gpu_group_is_placed_on_the_gpu_node_or_fails_fast_naming_the_group():
+    """cluster_json gpu_workers next to the CPU workers: with the node pool's label as selector and the
+    default toleration of its taint, the scheduler places the GPU pod and the cluster gets ready; asking for
+    more GPUs per pod than any node has keeps it pending (KubeRay's state never says why), and the wait ends
+    after the grace period with the scheduler's message and a fix about the GPU group."""
+    from prepline.clusters.base import NodeGroup
+
+    with FakeKubeRay(nodes=gpu_pool(), ready_after=1) as f:
+        p = make_provider(f, pending_grace_seconds=0.05)
+        gpu = dict(cpu="4", memory="16Gi", replicas=1, node_selector={"gpu": "l4"})
+        p.create(make_spec("pl-gpu-ok-1", gpu_workers=NodeGroup(gpu=1, **gpu)))
+        assert p.wait_ready("pl-gpu-ok-1", timeout=10).state == "ready"
+        assert [v for k, v in sorted(f.clusters[(NS, "pl-gpu-ok-1")].placement.items()) if "gpu-workers" in k] == ["gpu-0"]
+        p.delete("pl-gpu-ok-1")
+
+        p.create(make_spec("pl-gpu-big-1", gpu_workers=NodeGroup(gpu=2, **gpu)))
+        t = time.monotonic()
+        with pytest.raises(ClusterFailed) as e:
+            p.wait_ready("pl-gpu-big-1", timeout=30)
+        assert time.monotonic() - t < 5
+        msg = str(e.value)
+        assert "(group gpu-workers) Unschedulable: 0/3 nodes are available: 1 Insufficient nvidia.com/gpu, " \
+               "2 node(s) didn't match Pod's node affinity/selector." in msg, msg
+        assert "gpu_workers" in e.value.fix and "node_selector" in e.value.fix
+        p.delete("pl-gpu-big-1")
+
+        # without the default toleration (a toleration of that key given with another effect) the taint keeps it off
+        bad = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}]
+        p.create(make_spec("pl-gpu-taint-1", gpu_workers=NodeGroup(gpu=1, tolerations=bad, **gpu)))
+        with pytest.raises(ClusterFailed, match=r"1 node\(s\) had untolerated taint\(s\)"):
+            p.wait_ready("pl-gpu-taint-1", timeout=30)
+        p.delete("pl-gpu-taint-1")
+        assert all(not n.used.get("pods") for n in f.nodes)  # every pod's room was given back
+
+
 def test_without_pod_access_the_conditions_still_tell_and_the_timeout_says_what_it_saw():
     with FakeKubeRay(pods_forbidden=True) as f:
         p = make_provider(f)

@@ -24,6 +24,12 @@ SPEC_MATRIX = {
     "default": {},
     "gpu-workers": {"workers": NodeGroup(cpu="8", memory="30Gi", gpu=2, replicas=2)},
     "gpu-head": {"head": NodeGroup(cpu="4", memory="16Gi", gpu=1)},
+    "gpu-group": {"gpu_workers": NodeGroup(cpu="8", memory="32Gi", gpu=1, replicas=2,
+                                           node_selector={"cloud.google.com/gke-accelerator": "nvidia-l4"},
+                                           tolerations=[{"key": "pool", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]),
+                  "node_selector": {"team": "data"}},
+    "amd-group": {"workers": NodeGroup(replicas=0), "gpu_workers": NodeGroup(cpu="8", memory="32Gi", gpu=2, replicas=1, max_replicas=4,
+                                                                             gpu_resource="amd.com/gpu")},
     "secrets": {"env": {"HF_HUB_OFFLINE": "1", "N": 3},
                 "env_from_secrets": [{"name": "AWS_ACCESS_KEY_ID", "secret": "s3-creds", "key": "access"},
                                      {"name": "AWS_SECRET_ACCESS_KEY", "secret": "s3-creds", "key": "secret"}]},
@@ -38,7 +44,9 @@ SPEC_MATRIX = {
                     "annotations": {"example.com/team": "data", "note": "free text: anything"},
                     "ray_start_params": {"num-cpus": 0, "block": True, "workers": {"num-cpus": 2}}},
 }
-V1_MATRIX = {k: v for k, v in SPEC_MATRIX.items() if k not in ("whole-secret", "tolerations", "millicpu")}
+V1_MATRIX = {k: v for k, v in SPEC_MATRIX.items() if k not in ("whole-secret", "tolerations", "millicpu", "gpu-group")}
+V1_MATRIX["gpu-group"] = {"gpu_workers": NodeGroup(cpu="8", memory="32Gi", gpu=1, replicas=2, tolerations=[
+    {"key": "pool", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}])}
 V1_MATRIX["tolerations"] = {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
 V1_MATRIX["mebibytes"] = {"head": NodeGroup(cpu="1", memory="1536Mi")}
 V1_MATRIX["pod-options"] = {**SPEC_MATRIX["pod-options"], "image_pull_secrets": ["regcred"]}
@@ -58,6 +66,20 @@ def test_raycluster_bodies_validate_against_the_crd(case):
     workers = body["spec"].get("workerGroupSpecs", [])
     if case == "no-workers":
         assert workers == []
+    elif case == "amd-group":
+        assert [w["groupName"] for w in workers] == ["gpu-workers"] and body["spec"]["enableInTreeAutoscaling"] is True
+        assert workers[0]["template"]["spec"]["containers"][0]["resources"]["limits"]["amd.com/gpu"] == "2"
+        assert workers[0]["template"]["spec"]["tolerations"] == [{"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    elif case == "gpu-group":
+        assert [w["groupName"] for w in workers] == ["workers", "gpu-workers"]
+        cpu_pod, gpu_pod = (w["template"]["spec"] for w in workers)
+        assert "nvidia.com/gpu" not in cpu_pod["containers"][0]["resources"]["limits"] and "tolerations" not in cpu_pod
+        assert cpu_pod["nodeSelector"] == {"team": "data"}
+        assert gpu_pod["containers"][0]["resources"]["limits"] == {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"}
+        assert gpu_pod["nodeSelector"] == {"team": "data", "cloud.google.com/gke-accelerator": "nvidia-l4"}
+        assert gpu_pod["tolerations"] == [{"key": "pool", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+                                          {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        assert workers[1]["replicas"] == 2 and workers[1]["template"]["metadata"]["labels"][LABEL_RUN] == "run-1"
     else:
         assert [w["groupName"] for w in workers] == ["workers"]
     if case == "gpu-workers":
@@ -104,7 +126,16 @@ def test_v1_bodies_validate_against_the_swagger(case):
     body = cluster_v1_body(spec)
     assert validate_swagger("cluster.swagger.json", "protoCluster", body) == []
     assert body["annotations"][LABEL_RUN] == "run-1" and body["clusterSpec"]["headGroupSpec"]["rayStartParams"]
-    assert len(templates) == (1 if case == "no-workers" else 2)
+    assert len(templates) == {"no-workers": 1, "gpu-group": 3}.get(case, 2)
+    assert [g["computeTemplate"] for g in [body["clusterSpec"]["headGroupSpec"], *body["clusterSpec"].get("workerGroupSpec", [])]] \
+        == [t["name"] for t in templates]
+    if case == "gpu-group":
+        gpu_t = templates[2]
+        assert gpu_t["name"].endswith("-gpu-workers") and gpu_t["gpu"] == 1 and "gpuAccelerator" not in gpu_t
+        assert [t["key"] for t in gpu_t["tolerations"]] == ["pool", "nvidia.com/gpu"] and "tolerations" not in templates[1]
+        assert [g["groupName"] for g in body["clusterSpec"]["workerGroupSpec"]] == ["workers", "gpu-workers"]
+    if case == "amd-group":
+        assert templates[1]["gpuAccelerator"] == "amd.com/gpu" and templates[1]["gpu"] == 2
     if case == "mebibytes":
         assert (templates[0]["memory"], templates[0]["memoryUnit"]) == (1536, "Mi")
     if case == "secrets":
@@ -143,6 +174,11 @@ def test_ray_job_body_is_what_rays_client_accepts():
     ({"tolerations": [{"key": "a", "operator": "Sometimes"}]}, "operator"),
     ({"workers": NodeGroup(replicas=3, max_replicas=2)}, "min_replicas <= replicas <= max_replicas"),
     ({"head": NodeGroup(gpu=-1)}, "head.gpu"),
+    ({"gpu_workers": NodeGroup(gpu=0, replicas=1)}, "at least one GPU per pod"),
+    ({"gpu_workers": NodeGroup(gpu=1, replicas=1, gpu_resource="nvidia.com/cuda")}, "gpu_resource"),
+    ({"gpu_workers": NodeGroup(gpu=1, replicas=1, tolerations=[{"key": "a", "operator": "Maybe"}])}, r"gpu_workers.tolerations\[0\]"),
+    ({"gpu_workers": NodeGroup(gpu=1, replicas=1, node_selector={"bad key!": "x"})}, "gpu_workers.node_selector"),
+    ({"gpu_workers": NodeGroup(gpu=1, replicas=2, max_replicas=1)}, "gpu_workers: need min_replicas"),
     ({"ray_start_params": {"resources": {"a": 1}}}, "scalar"),
 ])
 def test_bad_specs_fail_before_any_request(kw, match):
@@ -152,6 +188,7 @@ def test_bad_specs_fail_before_any_request(kw, match):
 
 @pytest.mark.parametrize("kw, match", [
     ({"node_selector": {"pool": "ray"}}, "node_selector"),
+    ({"gpu_workers": NodeGroup(gpu=1, replicas=1, node_selector={"gpu": "l4"})}, "gpu_workers.node_selector"),
     ({"env_from_secrets": [{"secret": "all-keys"}]}, "all keys"),
     ({"head": NodeGroup(cpu="500m")}, "whole CPUs"),
     ({"image_pull_secrets": ["a", "b"]}, "at most one"),

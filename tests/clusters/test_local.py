@@ -100,3 +100,33 @@ def test_two_heads_at_once_each_run_a_job_and_stop_cleanly(tmp_path, monkeypatch
         time.sleep(0.5)
     assert not _ray_pids(temps), "a Ray process was left behind"
     assert p.list() == [] and not p.delete(names[0])
+
+
+def test_a_local_head_offers_the_gpus_a_spec_asks_for_or_refuses_before_starting(tmp_path, monkeypatch):
+    """gpu_workers on the local provider: more GPUs than Ray detects here fail before any process starts
+    (this machine has none); with provider_json num_gpus the head offers them (Ray's --num-gpus), and an
+    actor that reserves one is placed (Ray sets its CUDA_VISIBLE_DEVICES)."""
+    from prepline.clusters.base import ClusterError, NodeGroup
+
+    monkeypatch.setenv("PREPLINE_LOCAL_CLUSTERS", str(tmp_path / "state"))
+    spec = ClusterSpec(name=cluster_name("gpu-run", "synthesize"), gpu_workers=NodeGroup(gpu=1, replicas=1))
+    p = LocalProvider()
+    if p.gpus_here() == 0:
+        with pytest.raises(ClusterError, match=r"asks for 1 GPU\(s\) .* this machine has 0"):
+            p.create(spec)
+        assert not list((tmp_path / "state").glob("*.json"))
+    p = LocalProvider(num_gpus=1)
+    p.create(spec)
+    try:
+        p.wait_ready(spec.name, timeout=120)
+        c = p.job_client(spec.name)
+        code = ("import ray; ray.init(); print('GPU', ray.cluster_resources().get('GPU')); "
+                "f = ray.remote(num_gpus=1)(lambda: ray.get_gpu_ids()); print('ids', ray.get(f.remote()))")
+        sid = c.submit(f'python -c "{code}"')
+        import io
+
+        out = io.StringIO()
+        assert c.follow(sid, out, timeout=120, poll=0.5).status == "SUCCEEDED", out.getvalue()
+        assert "GPU 1.0" in out.getvalue() and "ids [0]" in out.getvalue(), out.getvalue()
+    finally:
+        p.delete(spec.name)

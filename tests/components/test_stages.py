@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -41,6 +42,40 @@ def test_overrides_per_stage(tmp_path):
     assert a["workers"] == 4
 
 
+def test_a_gpu_group_next_to_the_workers_places_one_actor_per_gpu(tmp_path):
+    """cluster_json gpu_workers: a second KubeRay worker group; the stage's actors reserve gpus_per_worker
+    GPUs each (default 1), so their number comes from the GPUs; asking for the group alone means one
+    pod of it and no idle CPU pod; the job's command carries the placement."""
+    from prepline.clusters.kuberay_bodies import raycluster_body
+
+    model = {"model_path": "/m"}
+    c = json.dumps({"gpu_workers": {"replicas": 2, "gpu": 2, "node_selector": {"gpu": "l4"}}})
+    a = stages.prepare("synthesize", json.dumps(model), str(tmp_path), "r", "synthesize", input_path="/i", cluster_json=c)
+    assert a["workers"] == 4
+    spec = stages.cluster_spec(a["cluster_json"], a["cluster_name"], "r", "synthesize")
+    assert (spec.workers.replicas, spec.gpu_workers.replicas, spec.gpu_workers.cpu, spec.gpus()) == (0, 2, "4", 4)
+    body = raycluster_body(stages.with_defaults(dataclasses.replace(spec, namespace="team-a"), a["cluster_json"], image="img:1"))
+    assert [g["groupName"] for g in body["spec"]["workerGroupSpecs"]] == ["gpu-workers"]
+    half = json.dumps({"workers": {"replicas": 1}, "gpu_workers": {"gpu": 1}, "gpus_per_worker": 0.5, "cpus_per_worker": 2})
+    b = stages.prepare("synthesize", json.dumps(model), str(tmp_path), "r", "synthesize", input_path="/i", cluster_json=half)
+    spec = stages.cluster_spec(half, b["cluster_name"])
+    assert b["workers"] == 2 and (spec.workers.replicas, spec.gpu_workers.replicas) == (1, 1)
+    assert stages.placement(half, spec) == (2.0, 0.5)
+    cmd = stages.entrypoint("synthesize", "{}", "/i", "/o", 2, 0, False, *stages.placement(half, spec))
+    assert "--cpus-per-worker 2 --gpus-per-worker 0.5" in cmd
+    assert "-per-worker" not in stages.entrypoint("doc_id", "{}", "/i", "/o", 2, 0)
+    with pytest.raises(ConfigError, match="more than any pod has"):
+        stages.placement(json.dumps({"gpu_workers": {"gpu": 1}, "gpus_per_worker": 2}), spec)
+    with pytest.raises(ConfigError, match="gpu_workers must be an object"):
+        stages.cluster_spec('{"gpu_workers": 2}', "pl-x-1")
+    # the example of docs/cluster.md#gpu-workers, as it is written there
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cluster.md").read_text().split("## GPU workers", 1)[1]
+    example = doc.split("```json", 1)[1].split("```", 1)[0]
+    d = stages.prepare("synthesize", json.dumps(model), str(tmp_path), "r", "synthesize", input_path="/i", cluster_json=example)
+    spec = stages.cluster_spec(example, d["cluster_name"])
+    assert d["workers"] == 2 and (spec.workers.replicas, spec.gpu_workers.replicas, spec.gpu_workers.cpu) == (1, 2, "8")
+
+
 @pytest.mark.parametrize(
     "kw, match",
     [
@@ -48,7 +83,9 @@ def test_overrides_per_stage(tmp_path):
         (dict(params_json="{not json"), "params_json is not valid JSON"),
         (dict(params_json="[1]"), "params_json must be a JSON dict"),
         (dict(cluster_json='{"wrokers": {}}'), "unknown key\\(s\\) wrokers"),
-        (dict(cluster_json='{"head": {"cpus": 2}}'), "cluster_json head/workers"),
+        (dict(cluster_json='{"head": {"cpus": 2}}'), "cluster_json head: .*cpus"),
+        (dict(cluster_json='{"gpu_workers": {"gpu": 1}}'), "exact_dedup does not use GPUs"),
+        (dict(cluster_json='{"gpus_per_worker": 1}'), "the cluster has no GPU"),
         (dict(overrides_json='{"exact_dedup": {"parms": {}}}'), "must be an object with 'params'"),
         (dict(work_root=""), "work_root is empty"),
     ],

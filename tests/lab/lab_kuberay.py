@@ -26,7 +26,12 @@ pod's address by a UDP "connect" towards the internet, which fails there, so eve
 ``--node-ip-address=<its host's address>`` (the address Ray would have found in the pod).
 
 Each node gets a host of its own (a pod per node); a cluster with more nodes than free hosts stays
-pending and its pods say Unschedulable, as on a cluster without room. With ``images`` (the lab's
+pending and its pods say Unschedulable, as on a cluster without room. With ``gpus`` (host -> GPU
+count) the hosts are Kubernetes nodes for the fake's scheduler (``nodes()``: one pod each; a GPU host
+offers ``nvidia.com/gpu`` and carries the taint GPU pools have) and ``create`` gets its placement: each
+pod starts on the host it was given, with ``--num-gpus`` from its limits as KubeRay writes it (Ray then
+counts logical GPUs: the lab has no device, so what runs there is the CPU engine, placed as on GPUs);
+a pod placed nowhere never starts and the cluster never gets ready. With ``images`` (the lab's
 run), each node runs with only the package set of its container's image importable
 (tests/runtime_images/image_sets.py); an image the lab does not have never starts (ErrImagePull),
 and a node whose process exits makes the head pod CrashLoopBackOff. ``not_ready`` is '' only when
@@ -104,8 +109,9 @@ def start_flags(params: dict, head: bool, fqdn: str, head_port: str, resources: 
 class LabKubeRay:
     """Realises accepted RayClusters on the lab hosts ``hosts`` (one node per host)."""
 
-    def __init__(self, lab: Lab, hosts=("ray-0", "ray-1", "ray-2"), probe_interval: float = 0.5, images=None):
+    def __init__(self, lab: Lab, hosts=("ray-0", "ray-1", "ray-2"), probe_interval: float = 0.5, images=None, gpus=None):
         self.lab, self.free = lab, list(hosts)
+        self.hosts, self.gpus = tuple(hosts), dict(gpus or {})
         #: image reference -> the env that gives a process only that image's packages, or None when the lab
         #: does not have the image (its pods never start: ErrImagePull); None here: every image is the .venv
         self.images = images
@@ -116,8 +122,24 @@ class LabKubeRay:
         self.records: dict[tuple[str, str], dict] = {}
         self.events: list[str] = []
 
+    def nodes(self) -> list:
+        """The hosts as Kubernetes nodes for the fake's scheduler (tests/clusters/fake_scheduler.py)."""
+        from fake_scheduler import Node
+
+        out = []
+        for h in self.hosts:
+            alloc = {"cpu": "64", "memory": "256Gi", "pods": "1"}
+            taints = []
+            if self.gpus.get(h):
+                alloc["nvidia.com/gpu"] = str(self.gpus[h])
+                taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+            out.append(Node(h, alloc, {"kubernetes.io/hostname": h, **({"gpu": "lab"} if self.gpus.get(h) else {})}, taints))
+        return out
+
     # ---- the fake's hooks ----------------------------------------------------------------------
-    def create(self, ns: str, name: str, obj: dict, env_of) -> None:
+    def create(self, ns: str, name: str, obj: dict, env_of, placement: dict | None = None) -> None:
+        """``placement`` (from the fake's scheduler): pod name -> (group, host or "!" + why it fits nowhere),
+        in the operator's pod order (the head, then each group's replicas)."""
         spec = obj["spec"]
         head_group = spec["headGroupSpec"]
         groups = [(head_group, True, 1)]
@@ -125,6 +147,7 @@ class LabKubeRay:
             if not g.get("suspend"):
                 groups.append((g, False, int(g.get("replicas", 1) if g.get("replicas") is not None else g.get("minReplicas", 0))))
         need = sum(n for _, _, n in groups)
+        where = [host for _, host in (placement or {}).values()]
         c = {"ns": ns, "name": name, "hosts": [], "failure": "", "deleted": False, "ready": False, "why": "pods are starting",
              "need": need, "procs": []}
         image_env = {}
@@ -139,13 +162,23 @@ class LabKubeRay:
             if c["failure"]:
                 self.events.append(f"{ns}/{name}: not started ({c['why']})")
                 return
-            if need > len(self.free):
+            if placement is None and need > len(self.free):
                 c["failure"] = "unsched"
                 c["why"] = f'no endpoints available for service "{name}-head-svc"'
                 self.events.append(f"{ns}/{name}: unschedulable (0/{len(self.free)} free lab hosts for {need} Ray nodes)")
                 return
-            hosts = [self.free.pop(0) for _ in range(need)]
-            c["hosts"] = hosts
+            if placement is None:
+                hosts = [self.free.pop(0) for _ in range(need)]
+            else:  # where the scheduler put each pod ("!...": nowhere; that pod never starts)
+                hosts = where
+                for h in hosts:
+                    if not h.startswith("!"):
+                        self.free.remove(h)
+                if hosts[0].startswith("!"):
+                    c["failure"] = "unsched"  # the fake says so for the head itself; nothing starts
+                    c["hosts"] = []
+                    return
+            c["hosts"] = [h for h in hosts if not h.startswith("!")]
         fqdn = f"{name}-head-svc.{ns}.svc.cluster.local"
         head_port = str((head_group.get("rayStartParams") or {}).get("port", "6379"))
         self.lab.add_alias(fqdn, hosts[0])
@@ -158,6 +191,8 @@ class LabKubeRay:
             for _ in range(n):
                 host = hosts[i]
                 i += 1
+                if host.startswith("!"):
+                    continue
                 flags = start_flags(group.get("rayStartParams") or {}, is_head, fqdn, head_port, ct.get("resources") or {})
                 argv = ["ray", "start", *flags, f"--node-ip-address={self.lab.ip(host)}"]
                 pod_env = {**image_env[id(group)], **env, "RAY_CLUSTER_NAME": name, "RAY_CLUSTER_NAMESPACE": ns, "RAY_PORT": head_port,
@@ -166,9 +201,11 @@ class LabKubeRay:
                 if not is_head:
                     pod_env.update(FQ_RAY_IP=fqdn, RAY_IP=f"{name}-head-svc")
                 nodes.append((host, is_head, argv, pod_env))
-        self.records[(ns, name)] = {"nodes": {h: self.lab.ip(h) for h in hosts},
-                                    "commands": {h: a for h, _, a, _ in nodes}, "tasks": {}, "jobs": []}
-        self.events.append(f"{ns}/{name}: head on {hosts[0]}, workers on {', '.join(hosts[1:]) or 'none'}")
+        self.records[(ns, name)] = {"nodes": {h: self.lab.ip(h) for h in c["hosts"]},
+                                    "commands": {h: a for h, _, a, _ in nodes}, "tasks": {}, "worker_tasks": {}, "jobs": []}
+        nowhere = sum(h.startswith("!") for h in hosts)
+        self.events.append(f"{ns}/{name}: head on {hosts[0]}, workers on {', '.join(c['hosts'][1:]) or 'none'}"
+                           + (f"; {nowhere} pod(s) placed nowhere" if nowhere else ""))
         threading.Thread(target=self._run, args=(c, nodes, fqdn, head_port), daemon=True).start()
 
     def not_ready(self, ns: str, name: str) -> str:
@@ -258,6 +295,8 @@ class LabKubeRay:
                         continue
                     h = node_host.get(t["node_id"], t["node_id"])
                     rec["tasks"][h] = rec["tasks"].get(h, 0) + 1
+                    if str(t.get("name", "")).startswith("_RayWorker.run"):  # a transform's task (not progress or pings)
+                        rec["worker_tasks"][h] = rec["worker_tasks"].get(h, 0) + 1
         except Exception as e:  # noqa: BLE001 - recorded, the test decides
             rec["error"] = repr(e)
 

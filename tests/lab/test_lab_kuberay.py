@@ -37,8 +37,9 @@ def plane(tmp_path_factory):
         lab.up(HOSTS)
         endpoint = lab.start_s3()
         upload_sample(endpoint, d)
-        realiser = LabKubeRay(lab, hosts=("ray-0", "ray-1", "ray-2"))
-        fake = FakeKubeRay(bind=lab.gateway, realise=realiser, dashboard_lag=0,
+        # ray-2 is a GPU node (one nvidia.com/gpu, tainted as GPU pools are): only a GPU group's pods go there
+        realiser = LabKubeRay(lab, hosts=("ray-0", "ray-1", "ray-2"), gpus={"ray-2": 1})
+        fake = FakeKubeRay(bind=lab.gateway, realise=realiser, dashboard_lag=0, nodes=realiser.nodes(),
                            secrets={("team-a", SECRET): Lab.s3_env(endpoint)}).start()
         yield lab, endpoint, d, fake, realiser
     finally:
@@ -50,11 +51,11 @@ def plane(tmp_path_factory):
 
 
 def pipeline_on_launcher(lab: Lab, endpoint: str, fake, transform: str, namespace: str, run_id: str, timeout: float = 900,
-                         params: tuple = ()):
+                         params: tuple = (), provider_extra: dict | None = None, input_uri: str = "s3://lab/in"):
     """``prepline pipeline run <transform> --local`` on the launcher host with provider kuberay: the
     launcher's own env has the S3 credentials (the step reads metadata.json) and nothing of Ray's."""
-    provider = json.dumps({"server": fake.url, "namespace": namespace})
-    argv = ["prepline", "pipeline", "run", transform, "--local", "--work-root", "/tmp/w", "--input", "s3://lab/in",
+    provider = json.dumps({"server": fake.url, "namespace": namespace, **(provider_extra or {})})
+    argv = ["prepline", "pipeline", "run", transform, "--local", "--work-root", "/tmp/w", "--input", input_uri,
             "--param", "provider=kuberay", "--param", f"provider_json={provider}", "--param", "work_root=s3://lab/stages",
             "--param", f"s3_secret_name={SECRET}", "--param", f"run_id={run_id}", "--param", "start_timeout_seconds=240"]
     for p in params:
@@ -189,3 +190,83 @@ def test_head_host_killed_mid_stage_fails_the_step_the_cluster_is_deleted_and_a_
     print(f"drill head host killed: rerun succeeded in {seconds:.0f}s")
     got = s3_tree(endpoint, "stages/lab-head-kill/exact_dedup")
     assert got == local_tree(local), "documents lost or duplicated after the rerun"
+
+
+GPU_CLUSTER = {"workers": {"replicas": 1, "cpu": "1", "memory": "2Gi"},
+               "gpu_workers": {"replicas": 1, "gpu": 1, "cpu": "2", "memory": "4Gi", "node_selector": {"gpu": "lab"}}}
+
+
+def upload_synth_input(d, endpoint: str, folder) -> int:
+    """24 documents with ids at s3://lab/synth-in and a tiny causal LM trained on them at s3://lab/model."""
+    import io
+    import sys
+
+    import pyarrow.parquet as pq
+
+    from labkit import s3_of
+
+    sys.path.insert(0, str(ROOT / "tests" / "transforms"))
+    from tiny_lm import make_model
+
+    s3 = s3_of(endpoint)
+    t = pq.read_table(sorted((d / "in").glob("*.parquet"))[0]).slice(0, 24)
+    buf = io.BytesIO()
+    pq.write_table(t, buf)
+    s3.put_object(Bucket="lab", Key="synth-in/part-0.parquet", Body=buf.getvalue())
+    model = make_model(folder / "model", [str(x) for x in t.column("contents").to_pylist()])
+    for f in sorted(model.iterdir()):
+        s3.upload_file(str(f), "lab", f"model/{f.name}")
+    return t.num_rows
+
+
+def test_synthesize_runs_on_the_gpu_group_next_to_the_cpu_workers(plane, tmp_path):
+    """cluster_json gpu_workers next to one CPU worker: the scheduler puts the GPU pod on the GPU host,
+    KubeRay's command gives that Ray node --num-gpus=1, and every synthesize task runs there (Ray's own
+    records), because each actor reserves a GPU (gpus_per_worker, default 1). The lab has no GPU device:
+    the CPU engine runs, placed as it would be on a GPU node. The output conserves documents."""
+    from labkit import s3_of
+
+    lab, endpoint, d, fake, realiser = plane
+    s3 = s3_of(endpoint)
+    docs = upload_synth_input(d, endpoint, tmp_path)
+    params = json.dumps({"model_path": "s3://lab/model", "templates": ["simple=Say simply: {text}"], "max_new_tokens": 6,
+                         "max_prompt_tokens": 24, "partition_docs": 8})
+    r, seconds = pipeline_on_launcher(lab, endpoint, fake, "synthesize", "team-a", "lab-gpu-synth", input_uri="s3://lab/synth-in",
+                                      params=(f"cluster_json={json.dumps(GPU_CLUSTER)}", f"params_json={params}"))
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-6000:], realiser.events)
+    created = [c for c in fake.calls("POST", "/rayclusters") if c.status == 201 and "synth" in c.body["metadata"]["name"]]
+    body = created[-1].body
+    assert [g["groupName"] for g in body["spec"]["workerGroupSpecs"]] == ["workers", "gpu-workers"]
+    rec = realiser.records[("team-a", body["metadata"]["name"])]
+    print(f"lab kuberay synthesize on the GPU group: {seconds:.0f}s; nodes {rec['nodes']}; transform tasks per host "
+          f"{rec['worker_tasks']}; all tasks {rec['tasks']}")
+    assert "error" not in rec, rec
+    assert "--num-gpus=1" in rec["commands"]["ray-2"] and not any("--num-gpus" in a for h, a in rec["commands"].items() if h != "ray-2")
+    assert set(rec["worker_tasks"]) == {"ray-2"} and rec["worker_tasks"]["ray-2"] >= 1, rec
+    assert [j["status"] for j in rec["jobs"]] == ["SUCCEEDED"], rec
+    assert not fake.clusters and not realiser.clusters and not ray_hosts_idle(lab)
+    meta = json.loads(s3.get_object(Bucket="lab", Key="stages/lab-gpu-synth/synthesize/metadata.json")["Body"].read())
+    tot = meta["totals"]
+    assert tot["docs_in"] == docs and sum(tot["generated"].values()) > 0 and tot["docs_in"] + sum(tot["generated"].values()) == tot["docs_out"] + sum(tot["removed"].values())
+
+
+def test_a_gpu_group_no_node_can_hold_fails_the_start_step_with_the_schedulers_reason(plane, tmp_path):
+    """Two GPUs per pod and no host has two: the head and the CPU worker start, the GPU pod stays
+    Pending (Unschedulable), KubeRay's state stays unready; the start step reads the pods and fails
+    after the grace period with the scheduler's message naming the GPU group, and the exit handler
+    deletes the cluster, stopping the Ray nodes that did start."""
+    lab, endpoint, d, fake, realiser = plane
+    upload_synth_input(d, endpoint, tmp_path)
+    cluster = {**GPU_CLUSTER, "gpu_workers": {**GPU_CLUSTER["gpu_workers"], "gpu": 2}}
+    params = json.dumps({"model_path": "s3://lab/model"})
+    r, seconds = pipeline_on_launcher(lab, endpoint, fake, "synthesize", "team-a", "lab-gpu-none", timeout=600,
+                                      input_uri="s3://lab/synth-in", provider_extra={"pending_grace_seconds": 10, "kube": {"server": fake.kube_url}},
+                                      params=(f"cluster_json={json.dumps(cluster)}", f"params_json={params}"))
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert "(group gpu-workers) Unschedulable: 0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s)" in out, out[-4000:]
+    assert "gpu_workers" in out and "node_selector" in out, out[-4000:]
+    assert any("head on ray-0, workers on ray-1; 1 pod(s) placed nowhere" in e for e in realiser.events), realiser.events[-5:]  # two nodes did start
+    assert not fake.clusters and not realiser.clusters and not ray_hosts_idle(lab), realiser.events[-5:]
+    assert seconds < 200, f"the start step waited {seconds:.0f}s for a GPU pod no node can hold"
+    print(f"lab kuberay, GPU group no node can hold: start refused with the scheduler's reason in {seconds:.0f}s")

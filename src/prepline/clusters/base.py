@@ -39,9 +39,17 @@ def cluster_name(run_id: str, stage: str, branch: str = "", prefix: str = "pl") 
     return name[: 40 - len(digest)] + digest
 
 
+#: the extended resource a GPU is asked for by (NVIDIA's device plugin); ``gpu_resource`` names another
+#: (e.g. amd.com/gpu). KubeRay gives a pod's Ray node ``--num-gpus`` from a limit whose name ends in
+#: "gpu" (ray-operator/controllers/ray/utils/resources.go IsGPUResourceKey, common/pod.go)
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
 @dataclass(frozen=True)
 class NodeGroup:
-    """Resources of the head or of one worker group (Kubernetes quantities as strings)."""
+    """Resources of the head or of one worker group (Kubernetes quantities as strings), and where
+    its pods may go: ``tolerations`` and ``node_selector`` are added to the cluster-wide ones for
+    this group's pods only (e.g. a GPU node pool's taint and label)."""
 
     cpu: str = "1"
     memory: str = "2Gi"
@@ -49,10 +57,21 @@ class NodeGroup:
     replicas: int = 1  # workers only
     min_replicas: int = 0
     max_replicas: int = 0  # 0: = replicas
+    gpu_resource: str = GPU_RESOURCE
+    tolerations: list = field(default_factory=list)
+    node_selector: dict = field(default_factory=dict)
 
     def cpus(self) -> float:
         c = self.cpu
         return float(c[:-1]) / 1000 if c.endswith("m") else float(c)
+
+    def pods(self) -> int:
+        """Pods of the group at most (0: the group is not created)."""
+        return max(self.replicas, self.max_replicas)
+
+
+#: what a GPU worker group is unless cluster_json says otherwise (replicas 0: none)
+DEFAULT_GPU_WORKERS = dict(cpu="4", memory="16Gi", gpu=1, replicas=0)
 
 
 @dataclass(frozen=True)
@@ -67,6 +86,8 @@ class ClusterSpec:
     ray_version: str = "2.60.0"
     head: NodeGroup = field(default_factory=lambda: NodeGroup(cpu="1", memory="2Gi"))
     workers: NodeGroup = field(default_factory=lambda: NodeGroup(cpu="2", memory="4Gi", replicas=1))
+    #: a second worker group of GPU pods (KubeRay group ``gpu-workers``), next to ``workers``; none by default
+    gpu_workers: NodeGroup = field(default_factory=lambda: NodeGroup(**DEFAULT_GPU_WORKERS))
     env: dict = field(default_factory=dict)
     #: environment from Kubernetes secrets: [{"name": ENV, "secret": NAME, "key": KEY}] or [{"secret": NAME}] (all keys)
     env_from_secrets: list = field(default_factory=list)
@@ -85,6 +106,16 @@ class ClusterSpec:
         if self.namespace and (not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", str(self.namespace)) or len(self.namespace) > 63):
             raise ConfigError(f"namespace '{self.namespace}' is not a valid Kubernetes namespace name (DNS-1123 label)",
                               "use the namespace's metadata.name, or leave it out: the step's own namespace is the default")
+
+    def gpus(self) -> int:
+        """GPUs of the whole cluster when every pod is up (head and the GPU group)."""
+        return int(self.head.gpu or 0) + self.gpu_workers.pods() * int(self.gpu_workers.gpu or 0)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ClusterSpec":
+        """The spec ``dataclasses.asdict`` gave (a local head's state file)."""
+        groups = {k: NodeGroup(**d[k]) for k in ("head", "workers", "gpu_workers") if k in d}
+        return cls(**{**d, **groups})
 
 
 @dataclass(frozen=True)

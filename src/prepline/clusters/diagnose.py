@@ -15,10 +15,14 @@ The operator never sets ``status.state = failed`` (``raycluster_controller.go``
   create error as message, e.g. a quota);
 * V1 only: Warning events of the RayCluster (``resource_manager.go`` ``GetClusterEvents``).
 
-An unschedulable head leaves no trace in those (the pod has no ``Ready`` condition yet): the pods
-themselves tell it (``PodScheduled`` False, reason ``Unschedulable``), read through the Kubernetes
-API where the step may (in the cluster with the RBAC of deploy/, or a kubeconfig's server);
-without that access the wait ends with the timeout and says what it last saw.
+An unschedulable head leaves no trace in those (the pod has no ``Ready`` condition yet), nor does a
+worker pod that no node can hold (the cluster just never becomes ``ready``: ``calculateStatus``
+wants every pod running): the pods themselves tell it (``PodScheduled`` False, reason
+``Unschedulable``, the scheduler's "0/N nodes are available: ..." message), read through the
+Kubernetes API where the step may (in the cluster with the RBAC of deploy/, or a kubeconfig's
+server); without that access the wait ends with the timeout and says what it last saw. A finding
+names the pod's group (its ``ray.io/group`` label: ``headgroup``, ``workers``, ``gpu-workers``) so
+that a GPU group no node can hold is said as such.
 
 Container errors count as fatal once seen on ``confirm`` consecutive polls (an image pull can fail
 once and then succeed); ``Unschedulable`` and ``ReplicaFailure`` only after ``grace`` seconds (a
@@ -39,6 +43,8 @@ log = logging.getLogger("prepline.clusters")
 FATAL_CONTAINER = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError",
                    "CreateContainerError", "RunContainerError", "CrashLoopBackOff", "OOMKilled", "ContainerCannotRun"}
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: the label KubeRay puts on every Ray pod with its group's name (ray-operator/controllers/ray/utils/constant.go)
+GROUP_LABEL = "ray.io/group"
 
 
 @dataclass(frozen=True)
@@ -77,10 +83,12 @@ def from_pods(pods: list[dict]) -> list[Finding]:
     reasons (OOMKilled is read from lastState too) and unschedulable pods."""
     out = []
     for p in pods:
-        name, st = (p.get("metadata") or {}).get("name", "?"), p.get("status") or {}
+        md, st = p.get("metadata") or {}, p.get("status") or {}
+        name, group = md.get("name", "?"), (md.get("labels") or {}).get(GROUP_LABEL, "")
         for c in st.get("conditions") or []:
             if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
-                out.append(Finding("grace", f"{name}/Unschedulable", f"pod {name} Unschedulable: {c.get('message', '')}".strip()))
+                of = f" (group {group})" if group else ""
+                out.append(Finding("grace", f"{name}/Unschedulable", f"pod {name}{of} Unschedulable: {c.get('message', '')}".strip()))
         for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
             now = (cs.get("state") or {}).get("waiting") or (cs.get("state") or {}).get("terminated") or {}
             last = ((cs.get("lastState") or {}).get("terminated") or {}).get("reason") or ""

@@ -50,7 +50,7 @@ from prepline.clusters import diagnose
 from prepline.clusters.base import LABEL_BRANCH, LABEL_MANAGED, LABEL_RUN, LABEL_STAGE, ClusterError, ClusterInfo, ClusterProvider, ClusterSpec
 from prepline.clusters.http import (SECURITY_PROXY_FIX, ApiError, AuthError, Conflict, JsonHttp, NotFound, RequestError, Unavailable,
                                     from_security_proxy)
-from prepline.clusters.kuberay_bodies import DASHBOARD_PORT, cluster_v1_body, compute_template_bodies, raycluster_body, template_names
+from prepline.clusters.kuberay_bodies import DASHBOARD_PORT, GPU_GROUP, cluster_v1_body, compute_template_bodies, raycluster_body, template_names
 from prepline.clusters.ray_jobs import JobClient, RayJobClient, V1JobClient
 from prepline.errors import ConfigError
 
@@ -180,12 +180,22 @@ def _dict(reply, what: str) -> dict:
     return reply
 
 
+def _fix_for(fatal: str) -> str:
+    if f"(group {GPU_GROUP}) Unschedulable" in fatal:
+        return ("no node can hold a pod of the GPU worker group (cluster_json gpu_workers): check that a node pool offers that GPU "
+                "resource (kubectl describe nodes: Allocatable nvidia.com/gpu), that gpu_workers.node_selector matches its labels and "
+                "gpu_workers.tolerations its taints, or ask for fewer GPUs per pod; a cluster autoscaler adding a GPU node may need "
+                "longer (provider_json pending_grace_seconds); then run the step again: the exit task deletes the cluster")
+    return ("fix the cause (image name and pull secret, resources and quotas, the secrets it mounts), "
+            "then run the step again; the exit task deletes the cluster")
+
+
 def _template_key(t: dict) -> tuple:
     """What must match for an existing V1 compute template to be reused (int64 may come back as strings)."""
     import json
 
     return (str(t.get("cpu") or ""), str(t.get("memory") or ""), t.get("memoryUnit") or "Gi", str(t.get("gpu") or "0"),
-            json.dumps(t.get("tolerations") or [], sort_keys=True))
+            t.get("gpuAccelerator") or "", json.dumps(t.get("tolerations") or [], sort_keys=True))
 
 
 def _ours(labels: dict, spec: ClusterSpec) -> bool:
@@ -295,7 +305,7 @@ class KubeRayProvider(ClusterProvider):
             have = _dict(self.client.get_compute_template(t["namespace"], t["name"]), "get compute template")
             if _template_key(have) != _template_key(t):
                 raise ClusterError(f"compute template '{t['name']}' exists with other resources "
-                                   f"(cpu, memory, unit, gpu = {_template_key(have)} instead of {_template_key(t)})",
+                                   f"(cpu, memory, unit, gpu, accelerator, tolerations = {_template_key(have)} instead of {_template_key(t)})",
                                    "delete the stale template (DELETE /apis/v1/namespaces/<ns>/compute_templates/<name>) or use another cluster name") from None
             log.info("compute template %s/%s exists already: reusing it", t["namespace"], t["name"])
 
@@ -343,9 +353,7 @@ class KubeRayProvider(ClusterProvider):
                 raise ClusterError(f"cluster {ns}/{name} is suspended", "resume it (spec.suspend: false) or delete it")
             fatal = watch.observe(self.findings(obj, ns, name))
             if fatal:
-                raise ClusterFailed(f"cluster {ns}/{name} cannot start: {fatal}",
-                                    "fix the cause (image name and pull secret, resources and quotas, the secrets it mounts), "
-                                    "then run the step again; the exit task deletes the cluster")
+                raise ClusterFailed(f"cluster {ns}/{name} cannot start: {fatal}", _fix_for(fatal))
             if time.monotonic() >= deadline:
                 seen = watch.summary() or "no condition or event gave a reason"
                 old = ("; KubeRay before 1.5.1 says only ContainersNotReady for a container that cannot start (image pull, crash "

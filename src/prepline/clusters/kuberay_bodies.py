@@ -19,7 +19,7 @@ import math
 import re
 from decimal import Decimal, InvalidOperation
 
-from prepline.clusters.base import LABEL_MANAGED, ClusterSpec, NodeGroup
+from prepline.clusters.base import GPU_RESOURCE, LABEL_MANAGED, ClusterSpec, NodeGroup
 from prepline.errors import ConfigError
 
 log = logging.getLogger("prepline.clusters")
@@ -28,8 +28,10 @@ RAY_API_VERSION = "ray.io/v1"
 HEAD_CONTAINER = "ray-head"
 WORKER_CONTAINER = "ray-worker"
 WORKER_GROUP = "workers"
+GPU_GROUP = "gpu-workers"
+#: the ClusterSpec field of each worker group, by KubeRay group name (the order of workerGroupSpecs)
+WORKER_GROUPS = ((WORKER_GROUP, "workers"), (GPU_GROUP, "gpu_workers"))
 DASHBOARD_PORT = 8265
-GPU_RESOURCE = "nvidia.com/gpu"
 #: KubeRay's MaxRayClusterNameLength (ray-operator/controllers/ray/utils/constant.go, 53 in v1.3.0 to HEAD): the
 #: operator never reconciles a longer name (utils/validation.go ValidateRayClusterMetadata, a Warning event only);
 #: it also keeps "<cluster>-head-svc" within a DNS-1035 label
@@ -121,32 +123,68 @@ def resolve_image(spec: ClusterSpec) -> str:
     return RAY_IMAGE
 
 
-def replicas(w: NodeGroup) -> tuple[int, int, int, bool]:
-    """(replicas, min, max, autoscaling) of the worker group. ``max_replicas`` 0 or == replicas: a
+def replicas(w: NodeGroup, field: str = "workers") -> tuple[int, int, int, bool]:
+    """(replicas, min, max, autoscaling) of a worker group. ``max_replicas`` 0 or == replicas: a
     fixed-size group; ``max_replicas`` > replicas: autoscaling between ``min_replicas`` and it."""
     for f in ("replicas", "min_replicas", "max_replicas"):
         v = getattr(w, f)
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise ConfigError(f"workers.{f} = {v!r} must be a non-negative integer", "give a whole number of worker pods")
+            raise ConfigError(f"{field}.{f} = {v!r} must be a non-negative integer", "give a whole number of worker pods")
     if w.max_replicas in (0, w.replicas):
         if w.min_replicas > w.replicas:
-            raise ConfigError(f"workers.min_replicas ({w.min_replicas}) > workers.replicas ({w.replicas})",
+            raise ConfigError(f"{field}.min_replicas ({w.min_replicas}) > {field}.replicas ({w.replicas})",
                               "lower min_replicas, or set max_replicas above replicas to autoscale")
         return w.replicas, w.replicas, w.replicas, False
     if w.max_replicas < w.replicas or w.min_replicas > w.replicas:
-        raise ConfigError(f"workers: need min_replicas <= replicas <= max_replicas, got {w.min_replicas} <= {w.replicas} <= {w.max_replicas}",
+        raise ConfigError(f"{field}: need min_replicas <= replicas <= max_replicas, got {w.min_replicas} <= {w.replicas} <= {w.max_replicas}",
                           "fix the worker counts (max_replicas 0 means a fixed-size group of `replicas`)")
     return w.replicas, w.min_replicas, w.max_replicas, True
 
 
-def has_workers(spec: ClusterSpec) -> bool:
-    return max(spec.workers.replicas, spec.workers.max_replicas) > 0
+def worker_groups(spec: ClusterSpec) -> list[tuple[str, str, NodeGroup]]:
+    """(KubeRay group name, ClusterSpec field, group) of each worker group the cluster gets: ``workers``
+    unless it has no pods, ``gpu-workers`` when asked for (each of its pods needs at least one GPU)."""
+    out = []
+    for name, f in WORKER_GROUPS:
+        g = getattr(spec, f)
+        replicas(g, f)
+        if g.pods() <= 0:
+            continue
+        if f == "gpu_workers" and _gpu(g, f) < 1:
+            raise ConfigError(f"gpu_workers.gpu = {g.gpu!r}: a GPU worker group needs at least one GPU per pod",
+                              'give gpu_workers.gpu >= 1 (e.g. {"gpu_workers": {"replicas": 2, "gpu": 1}}), or use workers for CPU pods')
+        out.append((name, f, g))
+    return out
 
 
 def _gpu(g: NodeGroup, field: str) -> int:
     if not isinstance(g.gpu, int) or isinstance(g.gpu, bool) or g.gpu < 0:
         raise ConfigError(f"{field}.gpu = {g.gpu!r} must be a non-negative integer", "give a whole number of GPUs per pod")
+    if g.gpu and (not isinstance(g.gpu_resource, str) or not g.gpu_resource.endswith("gpu") or "/" not in g.gpu_resource):
+        raise ConfigError(f"{field}.gpu_resource = {g.gpu_resource!r} is not a GPU resource KubeRay recognises",
+                          f"use the device plugin's resource, e.g. '{GPU_RESOURCE}' or 'amd.com/gpu' (KubeRay gives Ray --num-gpus "
+                          "only for a resource whose name ends in 'gpu')")
+    if g.gpu:
+        _check_label_key(g.gpu_resource, f"{field}.gpu_resource")
     return g.gpu
+
+
+def group_tolerations(spec: ClusterSpec, g: NodeGroup, field: str) -> list[dict]:
+    """The cluster's tolerations, then the group's own; a GPU group also tolerates the taint GPU node
+    pools carry on their resource's name (``nvidia.com/gpu``, any value, NoSchedule) unless one of
+    its tolerations already names that key."""
+    out = _tolerations(spec.tolerations, "tolerations") + _tolerations(g.tolerations, f"{field}.tolerations")
+    if _gpu(g, field) and not any(t.get("key") == g.gpu_resource for t in out):
+        out.append({"key": g.gpu_resource, "operator": "Exists", "effect": "NoSchedule"})
+    return out
+
+
+def group_node_selector(spec: ClusterSpec, g: NodeGroup, field: str) -> dict[str, str]:
+    """The cluster's node selector with the group's own over it."""
+    out = _labels(spec.node_selector, "node_selector") if spec.node_selector else {}
+    if g.node_selector:
+        out.update(_labels(g.node_selector, f"{field}.node_selector"))
+    return out
 
 
 def start_params(spec: ClusterSpec, group: str) -> dict[str, str]:
@@ -200,13 +238,15 @@ def _env(spec: ClusterSpec) -> tuple[list[dict], list[dict]]:
     return env, env_from
 
 
-def _tolerations(spec: ClusterSpec) -> list[dict]:
+def _tolerations(items: list, field: str) -> list[dict]:
+    if not isinstance(items, list):
+        raise ConfigError(f"{field} must be a list of tolerations", 'e.g. [{"key": "pool", "operator": "Exists", "effect": "NoSchedule"}]')
     out = []
-    for i, t in enumerate(spec.tolerations):
+    for i, t in enumerate(items):
         if not isinstance(t, dict) or set(t) - _TOLERATION_KEYS:
-            raise ConfigError(f"tolerations[{i}] = {t!r} is not a toleration", f"use keys among {sorted(_TOLERATION_KEYS)}")
+            raise ConfigError(f"{field}[{i}] = {t!r} is not a toleration", f"use keys among {sorted(_TOLERATION_KEYS)}")
         if t.get("operator", "Equal") not in _TOLERATION_OPS or t.get("effect", "") not in _TOLERATION_EFFECTS:
-            raise ConfigError(f"tolerations[{i}] has operator {t.get('operator')!r} / effect {t.get('effect')!r}",
+            raise ConfigError(f"{field}[{i}] has operator {t.get('operator')!r} / effect {t.get('effect')!r}",
                               f"operator is one of {sorted(_TOLERATION_OPS)}, effect one of {sorted(e for e in _TOLERATION_EFFECTS if e)}")
         tt = {k: str(v) for k, v in t.items() if k != "tolerationSeconds"}
         if "tolerationSeconds" in t:
@@ -230,20 +270,19 @@ def _resources(g: NodeGroup, field: str) -> dict:
     quantity(g.memory, f"{field}.memory")
     res = {"cpu": str(g.cpu), "memory": str(g.memory)}
     if _gpu(g, field) > 0:
-        res[GPU_RESOURCE] = str(g.gpu)
+        res[g.gpu_resource] = str(g.gpu)
     return {"requests": dict(res), "limits": dict(res)}
 
 
 # -- V2: the RayCluster custom resource -----------------------------------------------------------
 def raycluster_body(spec: ClusterSpec) -> dict:
-    """A ``ray.io/v1`` RayCluster for the spec: a head group and (unless no workers are asked for)
-    one worker group named 'workers'. Labels go on the RayCluster and on its pods."""
+    """A ``ray.io/v1`` RayCluster for the spec: a head group and a worker group per
+    :func:`worker_groups` ('workers', 'gpu-workers'). Labels go on the RayCluster and on its pods;
+    each group's pods get the cluster's tolerations and node selector plus the group's own."""
     check_name(spec)
     image = resolve_image(spec)
     labels = {**_labels(spec.labels, "labels"), LABEL_MANAGED: "true"}
     env, env_from = _env(spec)
-    tolerations = _tolerations(spec)
-    node_selector = _labels(spec.node_selector, "node_selector") if spec.node_selector else {}
     pull = _pull_secrets(spec)
     pod_annotations = _annotations(spec.pod_annotations, "pod_annotations")
     if spec.service_account and not _DNS_SUBDOMAIN.match(spec.service_account):
@@ -256,6 +295,8 @@ def raycluster_body(spec: ClusterSpec) -> dict:
         if env_from:
             c["envFrom"] = env_from
         ps: dict = {"containers": [c]}
+        tolerations = group_tolerations(spec, group, field)
+        node_selector = group_node_selector(spec, group, field)
         if tolerations:
             ps["tolerations"] = tolerations
         if node_selector:
@@ -277,21 +318,22 @@ def raycluster_body(spec: ClusterSpec) -> dict:
     }
     if spec.annotations:
         body["metadata"]["annotations"] = _annotations(spec.annotations)
-    if has_workers(spec):
-        n, lo, hi, autoscale = replicas(spec.workers)
-        body["spec"]["workerGroupSpecs"] = [{
-            "groupName": WORKER_GROUP, "replicas": n, "minReplicas": lo, "maxReplicas": hi,
-            "rayStartParams": start_params(spec, "workers"), "template": pod(WORKER_CONTAINER, spec.workers, "workers"),
-        }]
+    groups = []
+    for group_name, f, g in worker_groups(spec):
+        n, lo, hi, autoscale = replicas(g, f)
+        groups.append({"groupName": group_name, "replicas": n, "minReplicas": lo, "maxReplicas": hi,
+                       "rayStartParams": start_params(spec, "workers"), "template": pod(WORKER_CONTAINER, g, f)})
         if autoscale:
             body["spec"]["enableInTreeAutoscaling"] = True
+    if groups:
+        body["spec"]["workerGroupSpecs"] = groups
     return body
 
 
 # -- V1: compute templates, clusters, job submissions ---------------------------------------------
-def template_names(name: str) -> tuple[str, str]:
-    """Names of the V1 compute templates of a cluster (head, workers)."""
-    return f"{name}-head", f"{name}-workers"
+def template_names(name: str) -> tuple[str, ...]:
+    """Names of the V1 compute templates a cluster may have: the head's, then one per worker group."""
+    return (f"{name}-head", *(f"{name}-{group}" for group, _ in WORKER_GROUPS))
 
 
 def _v1_template(name: str, namespace: str, g: NodeGroup, field: str, tolerations: list[dict]) -> dict:
@@ -307,25 +349,30 @@ def _v1_template(name: str, namespace: str, g: NodeGroup, field: str, toleration
     t: dict = {"name": name, "namespace": namespace, "cpu": int(cpu), "memory": memory, "memoryUnit": unit}
     if _gpu(g, field) > 0:
         t["gpu"] = g.gpu
+        if g.gpu_resource != GPU_RESOURCE:  # V1's default accelerator (apiserver/pkg/util/cluster.go)
+            t["gpuAccelerator"] = g.gpu_resource
     if tolerations:
         t["tolerations"] = tolerations
     return t
 
 
-def compute_template_bodies(spec: ClusterSpec) -> list[dict]:
-    """V1 compute templates for the head and (if any) the worker group, named after the cluster.
-    Tolerations live in the templates in V1."""
-    check_name(spec)
-    tolerations = []
-    for i, t in enumerate(_tolerations(spec)):
+def _v1_tolerations(spec: ClusterSpec, g: NodeGroup, field: str) -> list[dict]:
+    out = []
+    for t in group_tolerations(spec, g, field):
         if "tolerationSeconds" in t or not t.get("key") or "effect" not in t:
-            raise ConfigError(f"tolerations[{i}] = {t!r} cannot be expressed in the KubeRay V1 API (needs key and effect, no tolerationSeconds)",
+            raise ConfigError(f"toleration {t!r} ({field}) cannot be expressed in the KubeRay V1 API (needs key and effect, no tolerationSeconds)",
                               "give key, operator and effect, or use api_version='v2'")
-        tolerations.append({k: t[k] for k in ("key", "operator", "value", "effect") if k in t} | {"operator": t.get("operator", "Equal")})
-    head_t, worker_t = template_names(spec.name)
-    out = [_v1_template(head_t, spec.namespace, spec.head, "head", tolerations)]
-    if has_workers(spec):
-        out.append(_v1_template(worker_t, spec.namespace, spec.workers, "workers", tolerations))
+        out.append({k: t[k] for k in ("key", "operator", "value", "effect") if k in t} | {"operator": t.get("operator", "Equal")})
+    return out
+
+
+def compute_template_bodies(spec: ClusterSpec) -> list[dict]:
+    """V1 compute templates for the head and each worker group, named after the cluster and the group.
+    Tolerations live in the templates in V1 (the cluster's, then the group's own)."""
+    check_name(spec)
+    out = [_v1_template(f"{spec.name}-head", spec.namespace, spec.head, "head", _v1_tolerations(spec, spec.head, "head"))]
+    for group_name, f, g in worker_groups(spec):
+        out.append(_v1_template(f"{spec.name}-{group_name}", spec.namespace, g, f, _v1_tolerations(spec, g, f)))
     return out
 
 
@@ -334,8 +381,11 @@ def cluster_v1_body(spec: ClusterSpec, user: str = "prepline") -> dict:
     labels on the RayCluster itself: prepline's labels go into its annotations (``list`` reads
     them back from there) and onto the pods."""
     check_name(spec)
-    if spec.node_selector:
-        raise ConfigError("node_selector is not supported by the KubeRay V1 API", "use api_version='v2', or tolerations via compute templates")
+    selectors = [f for f in ("head", "workers", "gpu_workers") if getattr(spec, f).node_selector]
+    if spec.node_selector or selectors:
+        where = ", ".join(["node_selector"] * bool(spec.node_selector) + [f"{f}.node_selector" for f in selectors])
+        raise ConfigError(f"{where}: node selectors are not supported by the KubeRay V1 API",
+                          "use api_version='v2', or tolerations via compute templates")
     pull = _pull_secrets(spec)
     if len(pull) > 1:
         raise ConfigError("the KubeRay V1 API takes at most one image pull secret", "use one secret, or api_version='v2'")
@@ -376,14 +426,16 @@ def cluster_v1_body(spec: ClusterSpec, user: str = "prepline") -> dict:
             g["imagePullSecret"] = pull[0]
         return g
 
-    head_t, worker_t = template_names(spec.name)
-    cluster_spec: dict = {"headGroupSpec": group({"computeTemplate": head_t}, start_params(spec, "head"))}
-    if has_workers(spec):
-        n, lo, hi, autoscale = replicas(spec.workers)
-        cluster_spec["workerGroupSpec"] = [group({"groupName": WORKER_GROUP, "computeTemplate": worker_t, "replicas": n,
-                                                  "minReplicas": lo, "maxReplicas": hi}, start_params(spec, "workers"))]
+    cluster_spec: dict = {"headGroupSpec": group({"computeTemplate": f"{spec.name}-head"}, start_params(spec, "head"))}
+    groups = []
+    for group_name, f, g in worker_groups(spec):
+        n, lo, hi, autoscale = replicas(g, f)
+        groups.append(group({"groupName": group_name, "computeTemplate": f"{spec.name}-{group_name}", "replicas": n,
+                             "minReplicas": lo, "maxReplicas": hi}, start_params(spec, "workers")))
         if autoscale:
             cluster_spec["enableInTreeAutoscaling"] = True
+    if groups:
+        cluster_spec["workerGroupSpec"] = groups
     return {
         "name": spec.name,
         "namespace": spec.namespace,

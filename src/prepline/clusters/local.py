@@ -28,7 +28,7 @@ from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 
-from prepline.clusters.base import TERMINAL, ClusterError, ClusterInfo, ClusterProvider, ClusterSpec, NodeGroup
+from prepline.clusters.base import TERMINAL, ClusterError, ClusterInfo, ClusterProvider, ClusterSpec
 from prepline.clusters.ray_jobs import RayJobClient
 from prepline.metadata import now_iso
 
@@ -109,8 +109,10 @@ def _kill(pids: list[int], sig: int) -> None:
 
 
 class LocalProvider(ClusterProvider):
-    def __init__(self, num_cpus: int | None = None, object_store_mb: int = 256, start_timeout: float = 120):
+    def __init__(self, num_cpus: int | None = None, object_store_mb: int = 256, start_timeout: float = 120, num_gpus: int | None = None):
         self.num_cpus = num_cpus
+        #: GPUs the head offers (Ray's --num-gpus): None = the GPUs Ray detects here
+        self.num_gpus = num_gpus
         self.object_store_mb = object_store_mb
         self.start_timeout = start_timeout
 
@@ -132,10 +134,27 @@ class LocalProvider(ClusterProvider):
         )
 
     # -- lifecycle ----------------------------------------------------------------------------
+    def gpus_here(self) -> int:
+        """The GPUs the head offers: ``num_gpus`` (provider_json), else what Ray detects on this machine
+        (CUDA_VISIBLE_DEVICES, else the NVIDIA driver), as ``ray start`` would."""
+        if self.num_gpus is not None:
+            return int(self.num_gpus)
+        try:
+            from ray._private.accelerators import get_accelerator_manager_for_resource
+
+            return int(get_accelerator_manager_for_resource("GPU").get_current_node_num_accelerators() or 0)
+        except Exception:  # noqa: BLE001 - no Ray internals to ask: no GPU known
+            return 0
+
     def create(self, spec: ClusterSpec) -> ClusterInfo:
         st = self._load(spec.name)
         if st and _alive(st):
             return self._info(st)
+        gpus = self.gpus_here() if spec.gpus() else 0
+        if spec.gpus() > gpus:  # the local equivalent of a GPU group no node can hold: fail before starting anything
+            raise ClusterError(f"the cluster spec asks for {spec.gpus()} GPU(s) (gpu_workers/head gpu) and this machine has {gpus}",
+                               "run the stage on a cluster with GPU nodes, drop gpu_workers from its cluster_json for a local run, "
+                               'or set provider_json {"num_gpus": N} when Ray cannot detect the GPUs here')
         if st:
             self._cleanup(st)
         names = ["gcs", "dashboard", "client", "agent_listen", "agent_grpc", "metrics", "runtime_env", "node_manager", "object_manager"]
@@ -153,6 +172,7 @@ class LocalProvider(ClusterProvider):
             # one unless no_monitor): a local head never scales, and it saves ~0.5 s of each start
             ray, "start", "--head", "--block", "--disable-usage-stats", "--no-monitor", "--node-ip-address=127.0.0.1",
             f"--temp-dir={temp}", f"--num-cpus={cpus}", f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
+            *([f"--num-gpus={spec.gpus()}"] if spec.gpus() else []),
             "--include-dashboard=true", "--dashboard-host=127.0.0.1",
             f"--port={ports['gcs']}", f"--dashboard-port={ports['dashboard']}", f"--ray-client-server-port={ports['client']}",
             f"--dashboard-agent-listen-port={ports['agent_listen']}", f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
@@ -209,7 +229,7 @@ class LocalProvider(ClusterProvider):
             raise ClusterError(f"no local Ray cluster named {name}", "start it first (start_ray_cluster)")
         if not _alive(st) and "spec" in st:
             s = dict(st["spec"])
-            spec = ClusterSpec(**{**s, "head": NodeGroup(**s["head"]), "workers": NodeGroup(**s["workers"])})
+            spec = ClusterSpec.from_dict(s)
             log_tail = Path(st["log"]).read_text(errors="replace")[-500:] if Path(st["log"]).exists() else ""
             _log.warning("local Ray head %s is gone; starting it again (its log ended with: %s)", name, log_tail.strip()[-200:])
             self.create(spec)

@@ -38,7 +38,8 @@ def make_executor(options: RunOptions) -> Executor:
     if options.runtime == "ray":
         from prepline.runtime.ray import RayExecutor
 
-        return RayExecutor(options.workers, options.cpus_per_worker, options.ray_address, options.task_retries, options.task_timeout)
+        return RayExecutor(options.workers, options.cpus_per_worker, options.ray_address, options.task_retries, options.task_timeout,
+                           options.gpus_per_worker)
     from prepline.runtime.local import LocalExecutor
 
     return LocalExecutor(options.workers, options.task_retries, options.task_timeout)

@@ -74,6 +74,7 @@ class RunOptions:
     runtime: str = "local"  # local | ray
     workers: int = 0  # 0: one per CPU (local) or per `cpus_per_worker` of the cluster (ray)
     cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0  # ray: GPUs each actor reserves (Ray places it on a node that has them)
     ray_address: str | None = None  # join this cluster; None: start a local one
     max_failed_files: int = 0  # failed files tolerated (listed in metadata.json)
     overwrite: bool = False  # delete an existing, different output first
@@ -95,6 +96,11 @@ class RunOptions:
             raise ConfigError("max_failed_files must be >= 0", "pass --max-failed-files N")
         if self.cpus_per_worker <= 0:
             raise ConfigError("cpus_per_worker must be > 0", "pass --cpus-per-worker 1 (or 0.5, 2, ...)")
+        if not self.gpus_per_worker >= 0:
+            raise ConfigError("gpus_per_worker must be >= 0", "pass --gpus-per-worker 1 (or 0.5: two workers share a GPU; 0: none)")
+        if self.gpus_per_worker and self.runtime != "ray":
+            raise ConfigError("--gpus-per-worker places workers on a Ray cluster's GPUs: a local run has no such placement",
+                              "add --runtime ray (with --ray-address of a cluster that has GPUs), or drop --gpus-per-worker")
         if self.task_retries < 0:
             raise ConfigError("task_retries must be >= 0", "pass --task-retries N (0: a lost worker fails its task at once)")
         if not self.task_timeout >= 0 or self.task_timeout == float("inf"):

@@ -25,7 +25,7 @@ log = logging.getLogger("prepline")
 
 class RayExecutor:
     def __init__(self, workers: int = 0, cpus_per_worker: float = 1.0, address: str | None = None, task_retries: int = 2,
-                 task_timeout: float = 0.0):
+                 task_timeout: float = 0.0, gpus_per_worker: float = 0.0):
         try:
             import ray
         except ImportError:
@@ -33,6 +33,8 @@ class RayExecutor:
         self._ray = ray
         self._started = False
         self.cpus_per_worker = cpus_per_worker
+        #: GPUs each actor reserves: Ray places it on a node with that many free (and sets CUDA_VISIBLE_DEVICES)
+        self.gpus_per_worker = gpus_per_worker
         self.task_retries = task_retries
         self.task_timeout = task_timeout
         self.stats: dict = {"retried": 0, "stalled": 0}
@@ -53,8 +55,15 @@ class RayExecutor:
             else:
                 ray.init(address=address, log_to_driver=True)
             self._started = True
-        cpus = ray.cluster_resources().get("CPU", 1)
-        self.workers = workers or max(int(cpus // cpus_per_worker), 1)
+        res = ray.cluster_resources()
+        if gpus_per_worker:
+            if res.get("GPU", 0) < gpus_per_worker:  # an autoscaler may add a GPU node once an actor asks for one
+                log.warning("the Ray cluster has %g GPU(s) now and each worker reserves %g: waiting up to %ss "
+                            "(PREPLINE_RAY_WORKER_WAIT) for a node with GPUs", res.get("GPU", 0), gpus_per_worker,
+                            os.environ.get("PREPLINE_RAY_WORKER_WAIT", "300"))
+            self.workers = workers or max(int(res.get("GPU", 0) // gpus_per_worker), 1)
+        else:
+            self.workers = workers or max(int(res.get("CPU", 1) // cpus_per_worker), 1)
         self._actor_cls = ray.remote(_RayWorker)
         self._actors: list = []  # started and answering
         self._starting: dict = {}  # ping ref -> actor not placed or not answering yet
@@ -66,7 +75,8 @@ class RayExecutor:
         self._collector.start()
 
     def _actor(self):
-        return self._actor_cls.options(num_cpus=self.cpus_per_worker).remote(self._box, os.environ.get(logs.ENV_FORMAT, ""))
+        return self._actor_cls.options(num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker).remote(
+            self._box, os.environ.get(logs.ENV_FORMAT, ""))
 
     def _collect(self) -> None:
         while not self._stop.wait(SEND_INTERVAL):
@@ -191,7 +201,9 @@ class _Actors:
                 return
         raise RunFailed(
             f"every Ray worker was lost and none could be started again within {wait:.0f}s "
-            f"(cluster CPUs now: {self.ray.cluster_resources().get('CPU', 0):g}, {self.ex.cpus_per_worker:g} per worker)",
+            f"(cluster CPUs now: {self.ray.cluster_resources().get('CPU', 0):g}, {self.ex.cpus_per_worker:g} per worker"
+            + (f"; GPUs now: {self.ray.cluster_resources().get('GPU', 0):g}, {self.ex.gpus_per_worker:g} per worker)"
+               if self.ex.gpus_per_worker else ")"),
             "bring the cluster's nodes back (or add some), then rerun the same command: it resumes; "
             "PREPLINE_RAY_WORKER_WAIT sets how long to wait for a worker",
         )
