@@ -314,6 +314,10 @@ class Decontaminate(Transform):
     headline = ("decont_*", "removed.*")
 
     @classmethod
+    def warm(cls) -> None:
+        warm()  # the words pass from numba's cache, overlapped with the driver's planning
+
+    @classmethod
     def branch_params(cls, branch: str) -> dict:
         return {"unit": "characters"} if branch in CHAR_LANGUAGES else {}
 

@@ -90,6 +90,12 @@ class QualityClassifier(Transform):
     extra = "langid"
     headline = ("quality_*",)
 
+    @classmethod
+    def warm(cls) -> None:
+        from prepline.fasttext_np import warm
+
+        warm()  # numba's first use in a process (~0.5 s: its lowering modules), overlapped with the driver's planning
+
     def input_columns(self) -> list[Column]:
         cols = [Column(self.config.content_column, "string", nullable=True)]
         if self.config.lang_models:

@@ -34,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 EXACT_FRACTION = 0.03
@@ -194,9 +195,48 @@ def write_pairs(path: Path, ids: list[str], pairs: list[tuple[int, int, float]])
     os.replace(tmp, path)
 
 
-def build(out: Path, docs: int = 50_000, seed: int = 7, files: int = 8) -> dict:
-    """Write the corpus, the exact-dedup'd copy and the truth under ``out``; return its summary."""
+#: above this many documents the corpus is copies of the corpus of this size (``replicated``): building
+#: one holds every document and its near-duplicate pairs in memory (24 GB ran out at 400,000)
+REPLICATE_UNIT = 200_000
+
+
+def replicated(out: Path, docs: int, seed: int = 7, files: int = 8) -> dict:
+    """``docs`` documents as ``docs / REPLICATE_UNIT`` copies of the unit corpus (built beside ``out``),
+    each copy's ids made unique (``id`` gets ``-r<k>``, ``doc_id`` moves by k units): for the stages that
+    judge each document alone (quality_classifier, decontaminate, url_filter, ...). The copies are exact
+    duplicates of each other, so the dedup stages' truth does not hold: no ``nodups/`` and no pairs."""
     out = Path(out)
+    summary_file = out / "truth" / "summary.json"
+    if summary_file.exists():
+        s = json.loads(summary_file.read_text())
+        if (s["docs"], s["seed"], s["files"], s.get("cut"), s.get("replicas")) == (docs, seed, files, list(CUT), docs // REPLICATE_UNIT):
+            return s
+    unit = build(out.parent / f"docs{REPLICATE_UNIT}", REPLICATE_UNIT, seed, files)
+    reps = docs // REPLICATE_UNIT
+    (out / "corpus").mkdir(parents=True, exist_ok=True)
+    (out / "truth").mkdir(parents=True, exist_ok=True)
+    for k in range(reps):
+        for f in sorted((out.parent / f"docs{REPLICATE_UNIT}" / "corpus").glob("*.parquet")):
+            t = pq.read_table(f)
+            t = t.set_column(t.column_names.index("id"), "id", pa.array([f"{x}-r{k}" for x in t.column("id").to_pylist()]))
+            t = t.set_column(t.column_names.index("doc_id"), "doc_id", pc.add(t.column("doc_id"), k * REPLICATE_UNIT))
+            pq.write_table(t, out / "corpus" / f"r{k}-{f.name}")
+    s = {**unit, "docs": docs, "replicas": reps, "files": files, "pairs_ge_0.75": None, "pairs_ge_0.5": None,
+         "parquet_mb": round(sum(f.stat().st_size for f in (out / "corpus").glob("*.parquet")) / 1e6, 1),
+         "kinds": {k: v * reps for k, v in unit["kinds"].items()}, "langs": {k: v * reps for k, v in unit["langs"].items()}}
+    summary_file.write_text(json.dumps(s, indent=2) + "\n")
+    return s
+
+
+def build(out: Path, docs: int = 50_000, seed: int = 7, files: int = 8) -> dict:
+    """Write the corpus, the exact-dedup'd copy and the truth under ``out``; return its summary. Above
+    ``REPLICATE_UNIT`` documents (a multiple of it), copies of that corpus: :func:`replicated`."""
+    out = Path(out)
+    if docs > REPLICATE_UNIT:
+        if docs % REPLICATE_UNIT:
+            raise SystemExit(f"--docs {docs}: above {REPLICATE_UNIT:,} the peer corpus is copies of the {REPLICATE_UNIT:,}-document "
+                             f"one: give a multiple of {REPLICATE_UNIT:,}")
+        return replicated(out, docs, seed, files)
     summary_file = out / "truth" / "summary.json"
     if summary_file.exists():
         s = json.loads(summary_file.read_text())

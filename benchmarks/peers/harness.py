@@ -249,6 +249,11 @@ def _note(stage: str, acc: dict) -> str:
     return f"{acc['docs_out']:,} docs out"
 
 
+#: stages whose decisions are per document and compared between the tools (no truth file): what a
+#: replicated corpus (above corpus.REPLICATE_UNIT documents) can measure
+PER_DOCUMENT = {"quality_classifier", "decontaminate", "url_filter", "c4_clean"}
+
+
 def run(work: Path, docs: int, only: list[str], timed: Callable, skip_install: bool = False,
         tools: tuple[str, ...] = PEERS) -> list[dict]:
     """Build the corpus, install the peers, run every stage with every tool; return the rows."""
@@ -259,6 +264,12 @@ def run(work: Path, docs: int, only: list[str], timed: Callable, skip_install: b
     t0 = time.perf_counter()
     summary = corpus.build(base, docs)
     print(f"[peers] corpus: {json.dumps(summary)} ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
+    if summary.get("replicas"):  # copies of one corpus: only the stages that judge each document alone, without truth
+        bad = [s.name for s in STAGES if (not only or s.name in only) and s.name not in PER_DOCUMENT]
+        if bad:
+            raise SystemExit(f"--docs {docs}: the corpus is {summary['replicas']} copies of a smaller one, which has no truth for "
+                             f"{', '.join(bad)}; run them at --docs {corpus.REPLICATE_UNIT} or less, or pass --only "
+                             f"{','.join(sorted(PER_DOCUMENT))}")
     assets = make_assets(base / "assets")
     web_inputs(base, assets)
     if any(s.name == "quality_classifier" for s in STAGES if not only or s.name in only):

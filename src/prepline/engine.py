@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
@@ -231,12 +232,22 @@ def _open(name: str, params: dict | None, options: RunOptions) -> _Run:
     """Build the transform (parameters checked), check the paths and list the input."""
     t_start, started = time.perf_counter(), metadata.now_iso()
     transform = registry.build(name, params or {})
+    if options.runtime == "local" and type(transform).warm.__func__ is not Transform.warm.__func__:  # the driver runs tasks too: its
+        # warm-up overlaps the checks and the listing below
+        threading.Thread(target=_warm, args=(type(transform),), name="prepline-warm", daemon=True).start()
     out = open_location(options.output)
     check_output_path(options.output, out)
     inp, files = open_input(options.input, out, transform.input_suffixes)
     tasks = [FileTask(inp.path(f.rel), f.rel, f.size) for f in files]
     return _Run(name, transform, options, inp, out, tasks, fingerprint(transform, files, open_location(options.input).uri),
                 {f.rel: [f.size, f.tag] for f in files}, started, t_start)
+
+
+def _warm(cls: type) -> None:
+    try:
+        cls.warm()
+    except Exception as e:  # noqa: BLE001 - only a head start: the first task meets (and reports) the same failure
+        log.debug("%s: warm-up failed: %s", cls.name, e)
 
 
 def _resume_or_refuse(run: _Run) -> RunResult | None:

@@ -150,6 +150,12 @@ class Transform:
     #: ``gpus_per_worker`` GPUs (Ray places it on a GPU pod); a stage that does not use one refuses a GPU group
     uses_gpu: ClassVar[bool] = False
 
+    @classmethod
+    def warm(cls) -> None:
+        """Load what every worker of this transform needs whatever its parameters (e.g. its compiled
+        passes from numba's cache), ahead of its first task: a local run's pool processes do it while
+        the driver plans, and the driver in a thread while it lists and checks the input."""
+
     def __init__(self, config: TransformConfig):
         if not isinstance(config, self.Config):
             raise TypeError(f"{self.name} needs a {self.Config.__name__}, got {type(config).__name__}")

@@ -76,8 +76,8 @@ def _warm(transform: str) -> None:
     """In a pool worker started early: import the transform's module while the driver plans."""
     from prepline import registry
     try:
-        registry.get(transform)
-    except Exception:  # noqa: BLE001 - an unknown name is the driver's error to report
+        registry.get(transform).warm()
+    except Exception:  # noqa: BLE001 - an unknown name is the driver's error to report; a failed warm-up, the task's
         pass
 
 
