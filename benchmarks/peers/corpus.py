@@ -221,6 +221,12 @@ def replicated(out: Path, docs: int, seed: int = 7, files: int = 8) -> dict:
             t = t.set_column(t.column_names.index("id"), "id", pa.array([f"{x}-r{k}" for x in t.column("id").to_pylist()]))
             t = t.set_column(t.column_names.index("doc_id"), "doc_id", pc.add(t.column("doc_id"), k * REPLICATE_UNIT))
             pq.write_table(t, out / "corpus" / f"r{k}-{f.name}")
+    truth = pq.read_table(out.parent / f"docs{REPLICATE_UNIT}" / "truth" / "docs.parquet")
+    parts = []
+    for k in range(reps):  # the per-document truth (language, kind), with the copies' ids
+        t = truth.set_column(truth.column_names.index("id"), "id", pa.array([f"{x}-r{k}" for x in truth.column("id").to_pylist()]))
+        parts.append(t.set_column(t.column_names.index("doc_id"), "doc_id", pc.add(t.column("doc_id"), k * REPLICATE_UNIT)))
+    pq.write_table(pa.concat_tables(parts), out / "truth" / "docs.parquet")
     s = {**unit, "docs": docs, "replicas": reps, "files": files, "pairs_ge_0.75": None, "pairs_ge_0.5": None,
          "parquet_mb": round(sum(f.stat().st_size for f in (out / "corpus").glob("*.parquet")) / 1e6, 1),
          "kinds": {k: v * reps for k, v in unit["kinds"].items()}, "langs": {k: v * reps for k, v in unit["langs"].items()}}
