@@ -211,6 +211,9 @@ def cluster_spec(cluster_json: str, name: str, run_id: str = "", stage: str = ""
             raise ConfigError(f"cluster_json {key} must be an object", f'e.g. {{"{key}": {{"cpu": "2", "memory": "4Gi", "replicas": 1}}}}')
         if key == "gpu_workers" and "replicas" not in c[key] and "max_replicas" not in c[key]:
             base = {**base, "replicas": 1}  # asking for the group at all means at least one pod
+        gpu = c[key].get("gpu", base.get("gpu", 0))
+        if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
+            raise ConfigError(f"cluster_json {key}.gpu = {gpu!r} must be a whole number of GPUs per pod", f'e.g. {{"{key}": {{"gpu": 1}}}}')
         try:
             groups[key] = NodeGroup(**{**base, **c[key]})
         except TypeError as e:

@@ -86,6 +86,7 @@ def test_a_gpu_group_next_to_the_workers_places_one_actor_per_gpu(tmp_path):
         (dict(cluster_json='{"head": {"cpus": 2}}'), "cluster_json head: .*cpus"),
         (dict(cluster_json='{"gpu_workers": {"gpu": 1}}'), "exact_dedup does not use GPUs"),
         (dict(cluster_json='{"gpus_per_worker": 1}'), "the cluster has no GPU"),
+        (dict(cluster_json='{"gpu_workers": {"gpu": "1"}}'), "gpu_workers.gpu = '1' must be a whole number"),
         (dict(overrides_json='{"exact_dedup": {"parms": {}}}'), "must be an object with 'params'"),
         (dict(work_root=""), "work_root is empty"),
     ],
