@@ -118,3 +118,18 @@ def test_workers_are_bounded_by_cpus_and_checked_with_the_input_before_any_proce
     src = make_corpus(tmp_path / "in", files=3)
     got, err = _spy_run("--input", str(src), "--output", out, "--workers", "2", "--workers-over-cpus", "--no-progress")
     assert got["code"] == 0 and got["started"] == [1] and got["children"] == [], err
+
+
+def test_an_early_process_warms_the_transforms_compiled_passes():
+    """A pool process started early runs the transform's warm-up while the driver plans: for
+    quality_classifier its compiled pass is loaded (numba's dispatcher has its signature) before any
+    task; a transform without a warm-up gets the base class's, which does nothing."""
+    import subprocess
+    import sys
+
+    code = ("from prepline.runtime import procs; import sys; "
+            "procs._warm('quality_classifier'); from prepline import fasttext_np; "
+            "print(len(fasttext_np._sums.signatures)); procs._warm('doc_id'); procs._warm('no_such_stage')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.strip()) >= 1, out.stdout
