@@ -66,6 +66,12 @@ class Totals:
     counters: dict[str, int] = field(default_factory=dict)
     parts: dict[str, int] = field(default_factory=dict)  # sub-folder (e.g. lang=en) -> docs written there
     generated: dict[str, int] = field(default_factory=dict)  # documents added (not from the input), by kind
+    #: peak resident memory, MiB: the driver's process, and the largest of the workers' (None: not recorded)
+    driver_peak_rss_mib: float | None = None
+    worker_peak_rss_mib: float | None = None
+    #: the stage's temporary files (its work folder: shard files, markers), deleted when it succeeds
+    work_bytes: int = 0
+    work_files: int = 0
 
     @property
     def removed_total(self) -> int:

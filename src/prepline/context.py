@@ -24,6 +24,9 @@ MARKERS = f"{WORK}/markers"
 FINAL = "final"
 #: the one task of a phase that runs once (its result's key in the phase results)
 ONCE = "once"
+#: a task result's key for its worker process's peak RSS (MiB) after the task: the engine moves it into
+#: the phase's ``worker_peak_rss_mib`` (metadata.json) and never writes it into markers or per-file results
+RSS_KEY = "_peak_rss_mib"
 
 _BAD_FILE_FIX = "re-export or remove the file, or pass --max-failed-files N to skip up to N bad files"
 #: the final map reads a file in batches of about this many bytes (uncompressed; PREPLINE_BATCH_MB

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from prepline import metadata, registry
-from prepline.context import FINAL, MARKERS, ONCE, WORK, PhaseContext, WorkerSpec, task_key
+from prepline.context import FINAL, MARKERS, ONCE, RSS_KEY, WORK, PhaseContext, WorkerSpec, task_key
 from prepline.data_access import FileInfo, LocalLocation, Location, RemoteLocation, inside, open_location
 from prepline.errors import (ConfigError, InputError, InternalError, Interrupted, OutputError, PreplineError, RunFailed,
                              ServiceError, ServiceUnavailable, os_error, user_mistake)
@@ -393,8 +393,12 @@ def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFa
     tracker = _tracker(run, phase, keyed, res)
     view = progress(tracker) if progress else None
 
+    peak: list[float] = []  # the workers' peak RSS after each task of this run (a resumed task has none)
+
     def on_result(item: Any, r: dict) -> bool:
         key = _task_key(item)
+        if (rss := r.pop(RSS_KEY, None)) is not None:
+            peak.append(rss)
         tracker.finished(key, int(r.get("docs_in", 0)) if "error" not in r else 0, getattr(item, "size", 0))
         run.lock.check()  # an S3 lease taken over by another run: stop before writing more
         if "error" in r:
@@ -427,6 +431,7 @@ def _run_phase(run: _Run, phase: Phase, executor: Executor, progress: ProgressFa
     run.phases[phase.name] = {"tasks": len(items), "resumed": len(items) - len(pending), "retried": executor.stats.get("retried", 0) - retried,
                               **({"stalled": n} if (n := executor.stats.get("stalled", 0) - stalled) else {}),
                               "seconds": round(time.perf_counter() - t0, 3), "workers": executor.workers,
+                              **({"worker_peak_rss_mib": max(peak)} if peak else {}),
                               **({"on_driver": True} if phase.on_driver else {})}
     return ok and not run.too_many_failures
 
@@ -467,6 +472,10 @@ def _conclude(run: _Run) -> RunResult:
     )
     if finished:
         meta["finish"] = finished
+    work = [f for f in run.out.list_all(WORK) if f.rel != LOCK]  # the phases' files and markers: deleted below on success
+    meta["totals"]["work_files"], meta["totals"]["work_bytes"] = len(work), sum(f.size for f in work)
+    meta["totals"]["driver_peak_rss_mib"] = metadata.peak_rss_mib()  # the process that ran the driver (with an in-process pool: its tasks too)
+    meta["totals"]["worker_peak_rss_mib"] = max((p["worker_peak_rss_mib"] for p in run.phases.values() if "worker_peak_rss_mib" in p), default=None)
     _describe(run.transform, meta)
     if status == "success" and (empty := empty_output_error(run.transform, meta["totals"], run.options.allow_empty_output)):
         run.fatal, meta["status"] = empty, "failed"  # the work folder stays: a rerun with --allow-empty-output resumes

@@ -84,6 +84,26 @@ def check_file_counts(rel: str, stats: dict) -> None:
         )
 
 
+def peak_rss_mib() -> float | None:
+    """This process's peak resident memory so far, MiB: ``VmHWM`` (Linux; unlike ``ru_maxrss`` it is
+    not the RSS of the process a worker was forked from), else ``ru_maxrss``; None where neither is."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    try:
+        import resource
+        import sys
+
+        r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return round(r / (2**20 if sys.platform == "darwin" else 1024), 1)
+    except (ImportError, OSError):
+        return None
+
+
 def totals(files: dict[str, dict]) -> dict[str, Any]:
     """Sum per-file stats; removed and counters by key, parts by sub-folder."""
     t: dict[str, Any] = {"files": len(files), "docs_in": 0, "docs_out": 0, "bytes_in": 0, "bytes_out": 0}

@@ -59,6 +59,10 @@ def print_summary(meta: dict) -> None:
     rows += [("MB", f"{t['bytes_in'] / 1e6:,.1f} in → {t['bytes_out'] / 1e6:,.1f} out"), ("time", time_text(t))]
     if t.get("docs_per_second"):
         rows.append(("rate", f"{t['docs_per_second']:,.0f} docs/s, {t.get('mb_per_second') or 0:,.2f} MB/s"))
+    if t.get("driver_peak_rss_mib"):
+        workers = f", workers {t['worker_peak_rss_mib']:,.0f} MiB" if t.get("worker_peak_rss_mib") else ""
+        rows.append(("peak memory", f"driver {t['driver_peak_rss_mib']:,.0f} MiB{workers}; temporary files "
+                                    f"{t.get('work_bytes', 0) / 1e6:,.1f} MB"))
     for k, v in rows:
         table.add_row(k, v)
     _console().print(table)

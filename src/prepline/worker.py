@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from prepline import metadata, registry
 from prepline.config import REMOVED_DIR
-from prepline.context import FINAL, PhaseContext, WorkerSpec, short_error, task_key
+from prepline.context import FINAL, RSS_KEY, PhaseContext, WorkerSpec, short_error, task_key
 from prepline.errors import ConfigError, InputError, OutputError, PreplineError, ServiceError, os_error, user_mistake
 from prepline.location import ParquetSink
 from prepline.progress import Report, Sender
@@ -57,6 +57,7 @@ class Worker:
                 method = getattr(self.transform, phase.method)
                 result = (method(self.ctx) if phase.over == "once" else method(task, self.ctx)) or {}
             result["seconds"] = round(time.perf_counter() - t0, 4)
+            result[RSS_KEY] = metadata.peak_rss_mib()  # the driver takes it out: the phase's worker peak
             return result
         except PreplineError as e:
             r = {"error": e.message, "fix": e.fix, "kind": error_kind(e)}

@@ -251,3 +251,23 @@ def test_unfinished_run_with_other_parameters_is_not_mixed(tmp_path, corpus):
     (out / "_prepline" / "run.json").write_text(json.dumps({"fingerprint": "something-else"}))
     with pytest.raises(OutputError, match="unfinished run with other input or parameters"):
         run_transform("exact_dedup", {}, RunOptions(str(ids), str(out)))
+
+
+def test_metadata_records_peak_memory_and_the_work_folder_without_touching_markers(tmp_path):
+    """The driver's and the workers' peak RSS and the temporary files of a global stage are in the
+    totals (and per phase); the markers a resume reads and the per-file results stay as they were."""
+    from prepline.api import read_metadata
+
+    src = make_corpus(tmp_path / "in", files=4)
+    run_transform("doc_id", {}, RunOptions(str(src), str(tmp_path / "ids"), workers=1))
+    meta = run_transform("exact_dedup", {"num_shards": 3}, RunOptions(str(tmp_path / "ids"), str(tmp_path / "d"), workers=2)).metadata
+    t = meta["totals"]
+    assert 30 < t["driver_peak_rss_mib"] < 4096 and 30 < t["worker_peak_rss_mib"] < 4096
+    assert {p: "worker_peak_rss_mib" in ph for p, ph in meta["phases"].items()} == {"hash": True, "reduce": True, "final": True}
+    assert t["worker_peak_rss_mib"] == max(ph["worker_peak_rss_mib"] for ph in meta["phases"].values())
+    # the hash phase's shard files and every phase's markers: counted, then deleted with the work folder
+    assert t["work_files"] >= 4 + 3 + 4 and t["work_bytes"] > 1000 and not (tmp_path / "d" / "_prepline").exists()
+    assert not any("_peak_rss" in json.dumps(f) for f in meta["files"].values())
+    m = read_metadata(str(tmp_path / "d"))
+    assert m.totals.worker_peak_rss_mib == t["worker_peak_rss_mib"] and m.totals.work_bytes == t["work_bytes"]
+
