@@ -268,6 +268,24 @@ def cmd_describe(argv: list[str]) -> int:
     return 0
 
 
+def _sample_progress(total: int):
+    """A bar on a terminal (stderr), else nothing: ``step(done, total)`` moves it."""
+    import contextlib
+
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext(lambda done, total: None)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    @contextlib.contextmanager
+    def bar():
+        with Progress(TextColumn("growing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      console=_console(stderr=True), transient=True) as p:
+            task = p.add_task("grow", total=total)
+            yield lambda done, _total: p.update(task, completed=done)
+
+    return bar()
+
+
 def cmd_sample(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="prepline sample", description="Build the sample corpus from real text that ships in packages.")
     ap.add_argument("--output", required=True, help="folder to write part-*.parquet and _truth/ into")
@@ -278,8 +296,13 @@ def cmd_sample(argv: list[str]) -> int:
                     help="warc: the same documents as HTML pages of a web crawl (navigation, cookie banner, footer "
                          "around the text; a URL each) in 2 WARC files, for recipes that start from crawls "
                          "(pipelines/specs/fineweb.yaml)")
+    ap.add_argument("--grow-from", default=None, metavar="SAMPLE",
+                    help="make --docs documents as copies of this sample, each copy's words tagged so that copies are not "
+                         "duplicates of each other (what --docs above 1,000,000 does with a base it builds; "
+                         "src/prepline/sample/grow.py)")
     a = ap.parse_args(argv)
     from prepline.sample import build_sample
+    from prepline.sample.grow import BASE_DOCS, GROW_ABOVE, grow_sample
 
     if a.format == "warc":
         import tempfile
@@ -292,6 +315,27 @@ def cmd_sample(argv: list[str]) -> int:
             web = write_warc(Path(tmp) / "s", a.output)
         _console().print(f"sample: {web['pages']:,} web pages (of {info['docs']:,} docs; the empty ones have no page) "
                          f"in {len(web['files'])} WARC files at {web['output']}")
+        return 0
+    if a.grow_from or (a.docs or 0) > GROW_ABOVE:
+        import contextlib
+        import tempfile
+        from pathlib import Path
+
+        if a.docs is None:
+            raise SystemExit("prepline sample: --grow-from needs --docs (how many documents to make)")
+        with contextlib.ExitStack() as stack:
+            base = a.grow_from
+            if base is None:  # the builder plans in memory (about 3 GB for a million): grow a base of a million
+                parent = Path(a.output).resolve().parent
+                parent.mkdir(parents=True, exist_ok=True)
+                base = stack.enter_context(tempfile.TemporaryDirectory(prefix=".sample-base-", dir=parent))
+                _console().print(f"sample: building a base of {BASE_DOCS:,} documents, then growing it to {a.docs:,}")
+                build_sample(base, docs=BASE_DOCS, seed=a.seed, files=a.files)
+            with _sample_progress(a.docs) as step:
+                info = grow_sample(base, a.output, a.docs, progress=step)
+        g = info["grown_from"]
+        _console().print(f"sample: {info['docs']:,} docs in {info['files']} files ({info['bytes'] / 1e6:.1f} MB) at {info['output']}, "
+                         f"{g['copies']} copies of a {g['docs']:,}-document sample")
         return 0
     info = build_sample(a.output, docs=a.docs, seed=a.seed, files=a.files)
     _console().print(f"sample: {info['docs']:,} docs in {info['files']} files ({info['bytes'] / 1e6:.1f} MB) at {info['output']}")
