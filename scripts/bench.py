@@ -4,6 +4,7 @@
     .venv/bin/python scripts/bench.py --docs 200000            # all stages
     .venv/bin/python scripts/bench.py --docs 200000 --only exact_dedup --memory-sizes 200000,400000
     .venv/bin/python scripts/bench.py --docs 200000 --only exact_dedup --memory-sizes 200000:16,1000000:80
+    .venv/bin/python scripts/bench.py --scale 1e6,3e6,1e7 --only doc_id,exact_dedup,fuzzy_dedup   # benchmarks/scale.py
 
 Builds the corpus with the sample builder (real text, perturbed to scale), times a plain pyarrow
 read+write copy of it, then runs each stage as `prepline run` in a fresh process (so peak RSS is
@@ -95,9 +96,9 @@ def timed(cmd: list[str], what: str, env: dict | None = None) -> tuple[float, fl
     return secs, r["maxrss_kib"] / 1024
 
 
-def run_stage(name: str, src: Path, dst: Path, params: dict, workers: int) -> tuple[float, float, dict]:
+def run_stage(name: str, src: Path, dst: Path, params: dict, workers: int, runtime: str = "local") -> tuple[float, float, dict]:
     """Run one stage in a fresh process; returns (seconds, peak RSS MiB of its largest process, metadata)."""
-    cmd = [sys.executable, "-m", "prepline.cli", "run", name, "--input", str(src), "--output", str(dst),
+    cmd = [sys.executable, "-m", "prepline.cli", "run", name, "--input", str(src), "--output", str(dst), "--runtime", runtime,
            "--workers", str(workers), "--overwrite", "--no-progress", "--params", json.dumps(params)]
     secs, rss = timed(cmd, name)
     meta = json.loads((dst / "metadata.json").read_text())
@@ -115,7 +116,10 @@ def _row(docs: int, files: int, label: str, secs: float, rss: float, meta: dict,
     row = {"docs": docs, "files": files, "stage": label, "seconds": secs, "docs_per_s": t["docs_in"] / secs, "mb_per_s": in_mb / secs,
            "ratio": secs / copy_same if copy_same else None, "engine_seconds": eng,
            "engine_ratio": eng / copy_same if copy_same else None, "peak_rss_mib": rss,
-           "docs_in": t["docs_in"], "docs_out": t["docs_out"], "removed": t["removed"]}
+           "docs_in": t["docs_in"], "docs_out": t["docs_out"], "removed": t["removed"],
+           # what the engine measured (metadata.json): its own process, the workers' processes, its temporary files
+           "driver_peak_rss_mib": t.get("driver_peak_rss_mib"), "worker_peak_rss_mib": t.get("worker_peak_rss_mib"),
+           "work_bytes": t.get("work_bytes"), "work_files": t.get("work_files"), "bytes_out": t["bytes_out"]}
     baseline = getattr(spec.get("module"), "baseline", None)
     if baseline and baseline_src is not None:
         row["baseline"] = baseline(baseline_src)
@@ -145,8 +149,20 @@ def main() -> int:
     ap.add_argument("--synthesize", action="store_true",
                     help="synthesize's generation: new tokens/s by batch size and max_new_tokens, torch on CPU; vLLM where a GPU is "
                          "(benchmarks/synthesize.py)")
+    ap.add_argument("--scale", default="",
+                    help="comma-separated corpus sizes (e.g. 1e6,3e6,1e7): grown corpora (prepline sample --grow-from one "
+                         "1M-document base), the --only stages at each size on --runtime ray with --workers 2 by default; prints "
+                         "per-document time, driver and worker peak RSS against their bounds and fails when one is exceeded "
+                         "(benchmarks/scale.py)")
+    ap.add_argument("--runtime", default="", help="runtime of the stages (default: local; ray with --scale)")
     args = ap.parse_args()
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    runtime = args.runtime or ("ray" if args.scale else "local")
+    if args.scale:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import scale
+
+        args.workers = args.workers if "--workers" in sys.argv else 2
     if args.peers:
         return peers(args)
     if args.synthesize:
@@ -175,7 +191,7 @@ def main() -> int:
     order = [n for n in pipeline_order if n in registry.names()] + [n for n in registry.names() if n not in pipeline_order]
     wanted = [n for n in args.only.split(",") if n] or order
     rows = []
-    sizes = [(args.docs, args.files)]
+    sizes = [(int(float(x)), args.files) for x in args.scale.split(",") if x] or [(args.docs, args.files)]
     for item in filter(None, args.memory_sizes.split(",")):
         docs, _, files = item.partition(":")
         if (int(docs), int(files or args.files)) not in sizes:
@@ -186,8 +202,9 @@ def main() -> int:
         if not (sample / "_truth" / "summary.json").exists():
             shutil.rmtree(sample, ignore_errors=True)
             t0 = time.perf_counter()
+            grow = ["--grow-from", str(scale.base(Path(args.work), files))] if args.scale else []
             subprocess.run([sys.executable, "-m", "prepline.cli", "sample", "--output", str(sample), "--docs", str(docs),
-                            "--files", str(files)], check=True)
+                            "--files", str(files), *grow], check=True)
             print(f"[bench] sample of {docs:,} docs built in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
         copy_s = plain_copy(sample, work / "copy")
         mb = dir_bytes(sample) / 1e6
@@ -201,23 +218,31 @@ def main() -> int:
             want_in = spec.get("input", "")
             if want_in in outputs or want_in not in order:  # ran now, or the sample, or not registered here
                 src = outputs.get(want_in, prev)
+            elif args.scale and name != "doc_quality":  # a stage that judges each document alone reads the corpus
+                src = sample
             elif (work / want_in / "metadata.json").exists():  # ran in an earlier bench of this --work
                 src = work / want_in
             else:
                 raise SystemExit(f"{name} reads {want_in}'s output: add {want_in} to --only (or bench it once in this --work)")
             runs = [(name, spec.get("params", {}))]
-            if (docs, files) == sizes[0]:  # variants at the first size only
+            if (docs, files) == sizes[0] and not args.scale:  # variants at the first size only
                 runs += [(f"{name} [{label}]", {**spec.get("params", {}), **p}) for label, p in spec.get("variants", {}).items()]
             for label, params in runs:
                 dst = work / label.replace(" [", "-").replace("]", "").replace(" ", "_")
-                secs, rss, meta = run_stage(name, src, dst, params, args.workers)
+                secs, rss, meta = run_stage(name, src, dst, params, args.workers, runtime)
                 if label == name:
                     outputs[name], prev = dst, dst
-                rows.append(_row(docs, files, label, secs, rss, meta, copy_s, mb, spec, src if label == name else None))
+                rows.append(_row(docs, files, label, secs, rss, meta, copy_s, mb, spec, src if label == name and not args.scale else None))
+                if args.scale:
+                    rows[-1].update(scale.measure(name, dst, meta, docs, files, args.workers, runtime))
                 print(f"[bench] {docs:>9,} {label:<14} {secs:8.2f}s {rows[-1]['docs_per_s']:>9,.0f} docs/s  peak RSS {rss:5.0f} MiB  "
                       f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr)
                 if args.json:  # a long run leaves what it measured so far
                     Path(args.json).write_text(json.dumps(rows, indent=2, default=str))
+        if args.scale:  # a size's outputs are 6 GB a stage at 10M: only the corpus stays
+            for d in [work / "copy", *outputs.values()]:
+                if d != sample:
+                    shutil.rmtree(d, ignore_errors=True)
     print("\n×copy: wall time of the stage's process / the copy's; engine: the stage's phases only (no process start)")
     width = max(14, *(len(r["stage"]) + 1 for r in rows))
     print(f"{'docs/files':>14}  {'stage':<{width}}{'seconds':>9}{'docs/s':>10}{'MB/s':>8}{'×copy':>7}{'engine s':>9}{'×copy':>7}{'RSS MiB':>9}  notes")
@@ -231,6 +256,14 @@ def main() -> int:
         rss = f"{r['peak_rss_mib']:9.0f}" if "peak_rss_mib" in r else " " * 9
         print(f"{r['docs']:>9,}/{r['files']:<4}  {r['stage']:<{width}}{r['seconds']:>9.2f}{r['docs_per_s']:>10,.0f}{r['mb_per_s']:>8.1f}{r['ratio']:>7.2f}"
               f"{r['engine_seconds']:>9.2f}{r['engine_ratio']:>7.2f}{rss}  {notes}")
+    if args.scale:
+        print(scale.table(rows, sizes))
+        failed = scale.violations(rows, sizes)
+        for v in failed:
+            print(f"[bench] OVER BOUND: {v}", file=sys.stderr)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=2, default=str))
+        return 1 if failed else 0
     if len(sizes) > 1:
         print_scale([r for r in rows if "[" not in r["stage"]], sizes)
     if args.json:

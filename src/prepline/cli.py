@@ -366,7 +366,8 @@ def cmd_plan(argv: list[str]) -> int:
         print(json.dumps({"docs": p.docs, "bytes_per_doc": p.bytes_per_doc, "hours": p.hours, "workers": p.workers, "files": p.files,
                           "wall_hours": round(p.wall_hours, 3), "stages": p.rows, "notes": p.notes}, indent=2))
         return 0
-    print(f"{p.docs:,.0f} documents of {p.bytes_per_doc:,.0f} bytes, done in {p.hours:g} h: {p.workers:,} one-core workers per stage\n")
+    print(f"{p.docs:,.0f} documents of {p.bytes_per_doc:,.0f} bytes, done in {p.hours:g} h: {p.workers:,} one-core workers per stage, "
+          f"{p.verdict.replace('**', '')}\n")
     print(sizing.table_markdown(p))
     print()
     for n in p.notes:

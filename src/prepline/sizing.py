@@ -39,10 +39,17 @@ ROWS_PER_GROUP = 64 * 1024
 MEASURED_BATCH_DOCS = 62_500
 FIXED_MIB = 150.0
 PART_MB = 16
+#: one S3 GET's latency from a worker in the bucket's region (an assumption, as cluster_start_s is)
+GET_LATENCY_S = 0.030
 SCALE_CURVE = "docs/performance.md, 'Scale curve': scripts/bench.py --memory-sizes, 1M documents, 1 worker (2026-12-03)"
 PEERS_200K = "docs/performance.md, 'The web-text stages at 200,000 documents': scripts/bench.py --peers, 2 workers, start-up included"
 PEERS_50K = "docs/performance.md, 'The web-text stages against datatrove, after two speed-ups': scripts/bench.py --peers --docs 50000, 2 workers"
 STATE_80 = "docs/performance.md, 'Memory per document, global state': 80 files at 1M documents, RSS growth per document"
+SCALE_10M = "docs/performance.md, 'Scale to 10M documents': scripts/bench.py --scale 1e6,3e6,1e7, Ray, 2 workers (2026-12-07)"
+#: the shard count of the runs that measured the dedup stages' state (their default num_shards): a
+#: worker's peak grows with its shard's share of the corpus, so the corpus-wide state per document
+#: is the per-worker growth per document times this
+MEASURED_SHARDS = 16
 
 
 @dataclass(frozen=True)
@@ -50,23 +57,35 @@ class StageCost:
     name: str
     docs_per_s: float  # one worker (one core) on the sample
     rss_mib: float  # peak RSS of a worker at 1M documents (62,500-document files)
-    state_bytes_per_doc: float  # global state held across the corpus (sharded), bytes per document
+    #: the corpus-wide state (and its working memory) a dedup stage spreads over its shards, bytes per
+    #: document: a worker holding one of ``shards`` shards needs ``docs × this / shards`` more
+    state_bytes_per_doc: float
     reads: int  # times the stage reads its input
     source: str
+    #: documents per file of the input the RSS was measured on (a stage reads the previous one's output)
+    measured_batch_docs: float = 62_500
+    #: shuffles from the file map to the shards (prepline.sharded's partitioned files, one per input
+    #: batch): exact_dedup's distinct keys; fuzzy_dedup's ids, bands and candidate documents; line_dedup's counts
+    shuffles: int = 0
 
 
 #: the super pipeline's stages, in order (global stages, then one branch's)
 STAGES: tuple[StageCost, ...] = (
-    StageCost("doc_id", 97_081, 366, 0, 1, SCALE_CURVE),
-    StageCost("exact_dedup", 52_673, 740, 16, 2, f"{SCALE_CURVE}; state: {STATE_80}"),
-    StageCost("fuzzy_dedup", 12_234, 562, 49, 2, f"{SCALE_CURVE}; state: {STATE_80} (after the bucket change, 20:42 UTC)"),
-    # 48,500 documents in 1.92 s on 2 workers; its line-count state is not measured yet (issue 29)
-    StageCost("line_dedup", 12_630, 562, 0, 2, f"{PEERS_50K} (RSS: fuzzy_dedup's, not measured)"),
+    # the global stages' worker RSS: a Ray worker's peak at 1M documents (SCALE_10M); their rates: one core
+    StageCost("doc_id", 97_081, 442, 0, 1, f"{SCALE_CURVE}; RSS: {SCALE_10M}"),
+    # 16 bytes per document of one process's peak with 16 shards (STATE_80): 256 over the corpus
+    StageCost("exact_dedup", 52_673, 686, 16 * MEASURED_SHARDS, 2, f"{SCALE_CURVE}; RSS: {SCALE_10M}; state: {STATE_80}", shuffles=1),
+    # the buckets phase's peak at 10M (714.6 MiB) over a Ray worker's idle 175.9 MiB, 9,657,600 documents, 16 shards
+    StageCost("fuzzy_dedup", 12_234, 586, (714.6 - 175.9) * 2**20 * MEASURED_SHARDS / 9_657_600, 2,
+              f"{SCALE_CURVE}; RSS and state: {SCALE_10M}", 967_501 / 16, shuffles=3),
+    # rate: 12.9 µs per document of engine time on 2 workers at 10M; state: its reduce stayed under the count
+    # phase's peak (744.8 MiB at 10M, 9,312,587 documents): an upper bound
+    StageCost("line_dedup", 38_760, 728, (744.8 - 175.9) * 2**20 * MEASURED_SHARDS / 9_312_587, 2, SCALE_10M, 933_918 / 16, shuffles=1),
     StageCost("lang_id", 4_980, 489, 0, 1, SCALE_CURVE),
     StageCost("doc_quality", 7_333, 583, 0, 1, SCALE_CURVE),
     StageCost("pii_redactor", 1_576, 764, 0, 1, SCALE_CURVE),
     StageCost("hap", 10_335, 747, 0, 1, SCALE_CURVE),
-    StageCost("filter", 90_525, 494, 0, 1, SCALE_CURVE),
+    StageCost("filter", 90_525, 487, 0, 1, f"{SCALE_CURVE}; RSS: {SCALE_10M}", 736_951 / 16),
     StageCost("tokenization", 5_098, 832, 0, 1, SCALE_CURVE),
 )
 #: opt-in web stages (docs/recipes.md), for a plan that adds them
@@ -91,6 +110,33 @@ class Plan:
     @property
     def wall_hours(self) -> float:
         return sum(r["wall_h"] for r in self.rows)
+
+    @property
+    def verdict(self) -> str:
+        """The wall time, and whether it meets the deadline."""
+        if self.wall_hours <= self.hours * 1.001:
+            return f"{self.wall_hours:.1f} h of wall time"
+        return (f"{self.wall_hours:.1f} h of wall time: **over the {self.hours:g} h deadline**, set by the dedup shuffles' "
+                f"S3 requests (below), which more workers do not shorten")
+
+
+def stage_cost(name: str) -> StageCost:
+    """A stage's measured constants (the super pipeline's stages and the opt-in web stages)."""
+    for s in STAGES + OPTIONAL:
+        if s.name == name:
+            return s
+    raise KeyError(name)
+
+
+def worker_mib(stage: StageCost | str, docs: float, docs_per_file: float, bytes_per_doc: float = SAMPLE_TEXT_BYTES,
+               shards: int = 0) -> float:
+    """The memory a worker of ``stage`` needs, MiB: the process, one row group's batch of the file size,
+    and its shard of the corpus-wide state (``shards`` of them; 0: the batch alone). The plan sizes
+    workers with it, and ``scripts/bench.py --scale`` fails when a measured worker peak exceeds it."""
+    s = stage_cost(stage) if isinstance(stage, str) else stage
+    batch = min(docs_per_file, ROWS_PER_GROUP) * bytes_per_doc / (min(s.measured_batch_docs, ROWS_PER_GROUP) * SAMPLE_TEXT_BYTES)
+    state = docs * s.state_bytes_per_doc / shards / 2**20 if shards else 0.0
+    return FIXED_MIB + max(0.0, s.rss_mib - FIXED_MIB) * batch + state
 
 
 def _pow2(x: float) -> int:
@@ -125,21 +171,33 @@ def plan(docs: float, bytes_per_doc: float = SAMPLE_TEXT_BYTES, hours: float = 2
     lists = math.ceil(files / 1000)
     rows, notes = [], []
     for s, cs in zip(stages, core_s):
-        batch = min(docs_per_file, ROWS_PER_GROUP) * bytes_per_doc / (MEASURED_BATCH_DOCS * SAMPLE_TEXT_BYTES)
-        batch_gib = (FIXED_MIB + max(0.0, s.rss_mib - FIXED_MIB) * batch) / 1024
+        batch_gib = worker_mib(s, docs, docs_per_file, bytes_per_doc) / 1024
         state_gib = docs * s.state_bytes_per_doc / 2**30
         room = worker_memory_gib - batch_gib
         if room <= 0:
             raise ConfigError(f"plan: {s.name} needs {batch_gib:.1f} GiB for a batch alone, more than --worker-memory-gib",
                               "give workers more memory")
         shards = max(_pow2(workers), _pow2(state_gib / room)) if state_gib else 0
-        mem = batch_gib + (state_gib / shards if shards else 0)
+        mem = worker_mib(s, docs, docs_per_file, bytes_per_doc, shards) / 1024
         get = files * s.reads * (1 + groups) + lists * s.reads
-        put = files * (parts + 2) + files  # the parts, create and complete; a marker per file
+        # a shard task reads its batch of every partitioned file (one per input batch): the IPC footer and
+        # the batch, one file after another (prepline.sharded.iter_partition), and lists the prefix first
+        producers = files * groups
+        shuffle_get = 2 * s.shuffles * producers * shards
+        get += shuffle_get
+        put = files * (parts + 2) + files + s.shuffles * producers  # the parts, create and complete; a marker per file; partitioned files
+        shuffle_list = s.shuffles * shards * math.ceil(producers / 1000)
+        # its shard tasks' reads, one after another, on top of the CPU time (one core per worker waits on them)
+        read_s = math.ceil(shards / workers) * 2 * s.shuffles * producers * GET_LATENCY_S if shards else 0.0
+        if read_s > cs / workers:
+            notes.append(f"{s.name}: {shuffle_get:,} of its GETs are the shuffle ({s.shuffles} × {producers:,} partitioned files × "
+                         f"{shards:,} shards × 2); a worker's {math.ceil(shards / workers)} shard tasks read theirs one after "
+                         f"another, {read_s / 3600:,.1f} h at {GET_LATENCY_S * 1000:.0f} ms a GET against {cs / workers / 3600:,.1f} h "
+                         f"of CPU: the requests set its time (docs/scale.md, 'Where the design breaks first')")
         rows.append({
-            "stage": s.name, "core_h": cs / 3600, "wall_h": (cs / workers + cluster_start_s) / 3600,
+            "stage": s.name, "core_h": cs / 3600, "wall_h": (cs / workers + read_s + cluster_start_s) / 3600, "read_h": read_s / 3600,
             "worker_gib": mem, "shards": shards, "state_gib": state_gib,
-            "get": get, "put": put, "list": lists * s.reads,
+            "get": get, "put": put, "list": lists * s.reads + shuffle_list,
             "read_gb": disk_bytes * s.reads / 1e9, "written_gb": disk_bytes / 1e9, "source": s.source,
         })
     dd = docs * sum(s.state_bytes_per_doc for s in stages) / 2**30
@@ -180,7 +238,7 @@ def scale_block() -> str:
     return (f"{BEGIN}\n<!-- docs-test: not run: the same table is checked by scripts/gen_docs.py --check -->\n"
             "```bash\nprepline plan --docs 10e9 --bytes-per-doc 3000 --hours 24\n```\n\n"
             f"{p.docs:,.0f} documents of {p.bytes_per_doc:,.0f} bytes, done in {p.hours:g} h: **{p.workers:,} one-core workers "
-            f"per stage**, {p.wall_hours:.1f} h of wall time.\n\n{table_markdown(p)}\n\n{notes}\n\nWhere each stage's constants "
+            f"per stage**, {p.verdict}.\n\n{table_markdown(p)}\n\n{notes}\n\nWhere each stage's constants "
             f"come from:\n\n{sources_markdown(p)}\n{END}")
 
 

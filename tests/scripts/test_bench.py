@@ -129,3 +129,37 @@ def test_c4_agreement_compares_a_peer_with_preplines_output(tmp_path):
     assert score.c4_agreement(tmp_path / "src", tmp_path / "mine", "contents", ref) == {"docs_out": 3}
     got = score.c4_agreement(tmp_path / "src", tmp_path / "peer", "text", ref)
     assert got == {"docs_out": 3, "agreement": 0.5, "both_kept": 2, "same_text": 1}
+
+
+def _scale_row(stage: str, docs: int, us: float, driver: float, worker: float, bound: float | None) -> dict:
+    return {"stage": stage, "docs": docs, "docs_in": docs, "docs_per_s": 1e6 / us, "us_per_doc": us, "driver_peak_rss_mib": driver,
+            "worker_peak_rss_mib": worker, "worker_bound_mib": bound, "work_bytes_per_doc": 0.0, "written_bytes": 0, "written_files": 0}
+
+
+def test_scale_bounds_flag_time_driver_and_worker_growth():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import scale
+
+    ok = [_scale_row("exact_dedup", 10**6, 10.0, 180, 600, 700), _scale_row("exact_dedup", 10**7, 11.9, 197, 690, 720)]
+    assert scale.violations(ok, []) == []
+    slow = [ok[0], _scale_row("exact_dedup", 10**7, 12.1, 180, 600, 720)]  # 21 % more time per document
+    driver = [ok[0], _scale_row("exact_dedup", 10**7, 10.0, 240, 600, 720)]  # the driver grew with the corpus
+    worker = [ok[0], _scale_row("exact_dedup", 10**7, 10.0, 180, 721, 720)]  # a worker over its shard's bound
+    assert [len(scale.violations(r, [])) for r in (slow, driver, worker)] == [1, 1, 1]
+    assert "µs/doc" in scale.violations(slow, [])[0] and "driver" in scale.violations(driver, [])[0]
+    assert "over its bound 720" in scale.violations(worker, [])[0]
+    assert "| exact_dedup | 10,000,000 |" in scale.table(ok, [])
+
+
+@pytest.mark.slow
+def test_bench_scale_smoke_grows_its_corpora_and_prints_the_bounds(tmp_path):
+    env = {**__import__("os").environ, "PREPLINE_SCALE_BASE_DOCS": "1500"}
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--scale", "1500,3000", "--only", "doc_id,exact_dedup",
+                          "--runtime", "local", "--work", str(tmp_path)], capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    assert (out.returncode == 1) == ("OVER BOUND" in out.stderr)  # it fails exactly when a bound is exceeded
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| exact_dedup |")]
+    assert [r.split("|")[2].strip() for r in rows] == ["1,500", "3,000"]
+    assert all(float(r.split("|")[7]) > 30 for r in rows)  # the workers' peak RSS from metadata.json
+    assert (tmp_path / "docs3000" / "sample" / "_truth" / "summary.json").exists()  # grown from the base
+    assert not (tmp_path / "docs3000" / "exact_dedup").exists()  # a size's outputs are deleted once measured
