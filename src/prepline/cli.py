@@ -356,12 +356,14 @@ def cmd_plan(argv: list[str]) -> int:
     ap.add_argument("--cluster-start-s", type=float, default=120.0,
                     help="seconds to start one stage's cluster (an assumption, default 120: pods scheduled, image cached)")
     ap.add_argument("--add", default="", help="opt-in stages to add, comma-separated: url_filter,c4_clean,decontaminate,quality_classifier")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="plan for this many workers per stage instead of the fewest that meet the deadline (what a fixed cluster takes)")
     ap.add_argument("--json", action="store_true", help="print the plan as JSON")
     a = ap.parse_args(argv)
     from prepline import sizing
 
     p = sizing.plan(a.docs, a.bytes_per_doc or sizing.SAMPLE_TEXT_BYTES, a.hours, a.worker_memory_gib, a.file_mb,
-                    a.cluster_start_s, tuple(x.strip() for x in a.add.split(",") if x.strip()))
+                    a.cluster_start_s, tuple(x.strip() for x in a.add.split(",") if x.strip()), workers=max(0, a.workers))
     if a.json:
         print(json.dumps({"docs": p.docs, "bytes_per_doc": p.bytes_per_doc, "hours": p.hours, "workers": p.workers, "files": p.files,
                           "wall_hours": round(p.wall_hours, 3), "stages": p.rows, "notes": p.notes}, indent=2))

@@ -23,7 +23,10 @@ output is the same for any runtime and worker count.
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 import numpy as np
@@ -31,7 +34,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from prepline.data_access import Location
+from prepline.data_access import LocalLocation, Location
 from prepline.minhash import mix64
 
 __all__ = ["iter_partition", "parquet_files", "read_all", "read_partition", "read_range", "read_rows", "SortedFile", "shard_of_ids", "shard_of_keys", "write_partitioned"]
@@ -82,18 +85,44 @@ def _visible(rel: str, suffix: str) -> bool:
     return rel.endswith(suffix) and not rel.rsplit("/", 1)[-1].startswith(".")
 
 
+#: partitioned files a shard task reads at once from an object store: each read is a footer and a range
+#: (two GETs whose time is latency, not bytes), and a shard reads one batch of every producer's file, so
+#: they overlap; a local folder is read one file after another (no latency to hide)
+PARTITION_READERS = 16
+
+
+def _shard_batch(loc: Location, f, shard: int) -> pa.Table | None:
+    reader = ipc.open_file(loc.open_input(f.rel, f.size))
+    i = json.loads(reader.schema.metadata[_INDEX_KEY]).get(str(shard))
+    if i is None:
+        return None
+    batch = reader.get_batch(i)
+    return pa.Table.from_batches([batch]).replace_schema_metadata(None) if batch.num_rows else None
+
+
 def iter_partition(loc: Location, prefix: str, shard: int) -> Iterator[pa.Table]:
-    """The rows of ``shard`` from each partitioned file under ``prefix``, one file at a time (files
-    without rows for it are skipped): for consumers that can work a piece at a time."""
-    for f in loc.list_all(prefix):
-        if not _visible(f.rel, PARTITIONED_SUFFIX):
-            continue
-        reader = ipc.open_file(loc.open_input(f.rel, f.size))
-        i = json.loads(reader.schema.metadata[_INDEX_KEY]).get(str(shard))
-        if i is not None:
-            batch = reader.get_batch(i)
-            if batch.num_rows:
-                yield pa.Table.from_batches([batch]).replace_schema_metadata(None)
+    """The rows of ``shard`` from each partitioned file under ``prefix``, in file order, one file at a
+    time (files without rows for it are skipped): for consumers that can work a piece at a time. From
+    an object store up to PARTITION_READERS files are read ahead at once (memory: that many batches)."""
+    files = [f for f in loc.list_all(prefix) if _visible(f.rel, PARTITIONED_SUFFIX)]
+    if isinstance(loc, LocalLocation) or len(files) < 2:
+        for f in files:
+            if (t := _shard_batch(loc, f, shard)) is not None:
+                yield t
+        return
+    with ThreadPoolExecutor(PARTITION_READERS, thread_name_prefix="partition") as pool:
+        ahead = iter(files)
+        window = deque(pool.submit(_shard_batch, loc, f, shard) for f in itertools.islice(ahead, PARTITION_READERS))
+        try:
+            while window:
+                t = window.popleft().result()
+                if (f := next(ahead, None)) is not None:
+                    window.append(pool.submit(_shard_batch, loc, f, shard))
+                if t is not None:
+                    yield t
+        finally:
+            for fut in window:  # a consumer that stopped early, or a failed read: the rest is not waited for
+                fut.cancel()
 
 
 def read_partition(loc: Location, prefix: str, shard: int) -> pa.Table | None:

@@ -41,6 +41,8 @@ FIXED_MIB = 150.0
 PART_MB = 16
 #: one S3 GET's latency from a worker in the bucket's region (an assumption, as cluster_start_s is)
 GET_LATENCY_S = 0.030
+#: partitioned files a shard task reads at once (prepline.sharded.PARTITION_READERS; a test keeps them equal)
+PARTITION_READERS = 16
 SCALE_CURVE = "docs/performance.md, 'Scale curve': scripts/bench.py --memory-sizes, 1M documents, 1 worker (2026-12-03)"
 PEERS_200K = "docs/performance.md, 'The web-text stages at 200,000 documents': scripts/bench.py --peers, 2 workers, start-up included"
 PEERS_50K = "docs/performance.md, 'The web-text stages against datatrove, after two speed-ups': scripts/bench.py --peers --docs 50000, 2 workers"
@@ -117,7 +119,7 @@ class Plan:
         if self.wall_hours <= self.hours * 1.001:
             return f"{self.wall_hours:.1f} h of wall time"
         return (f"{self.wall_hours:.1f} h of wall time: **over the {self.hours:g} h deadline**, set by the dedup shuffles' "
-                f"S3 requests (below), which more workers do not shorten")
+                f"S3 requests (below): more workers shorten them only down to one shard task each")
 
 
 def stage_cost(name: str) -> StageCost:
@@ -144,8 +146,9 @@ def _pow2(x: float) -> int:
 
 
 def plan(docs: float, bytes_per_doc: float = SAMPLE_TEXT_BYTES, hours: float = 24.0, worker_memory_gib: float = 8.0,
-         file_mb: float = 256.0, cluster_start_s: float = 120.0, extra: tuple[str, ...] = ()) -> Plan:
-    """The plan for ``docs`` documents of ``bytes_per_doc`` text bytes to finish in ``hours``."""
+         file_mb: float = 256.0, cluster_start_s: float = 120.0, extra: tuple[str, ...] = (), workers: int = 0) -> Plan:
+    """The plan for ``docs`` documents of ``bytes_per_doc`` text bytes to finish in ``hours`` (``workers``:
+    that many instead of the fewest that meet it)."""
     from prepline.errors import ConfigError
 
     if docs < 1 or bytes_per_doc <= 0 or hours <= 0 or worker_memory_gib <= 0 or file_mb <= 0 or cluster_start_s < 0:
@@ -162,7 +165,34 @@ def plan(docs: float, bytes_per_doc: float = SAMPLE_TEXT_BYTES, hours: float = 2
     if budget <= 0:
         raise ConfigError(f"plan: {hours} h leaves no time after starting {len(stages)} clusters of {cluster_start_s:.0f} s",
                           "give more hours, or a smaller --cluster-start-s if your clusters start faster")
-    workers = max(1, math.ceil(sum(core_s) / budget))
+    cpu_workers = max(1, math.ceil(sum(core_s) / budget))
+    kw = dict(docs=docs, bytes_per_doc=bytes_per_doc, hours=hours, worker_memory_gib=worker_memory_gib, file_mb=file_mb,
+              cluster_start_s=cluster_start_s, stages=stages, core_s=core_s)
+    # the CPU's count, raised until the dedup shuffles' reads fit too (fewer shard tasks per worker),
+    # up to 16× (past that, the plan says it misses the deadline)
+    if workers:
+        return _plan_for(workers, **kw)
+    best = _plan_for(cpu_workers, **kw)
+    if best.wall_hours > hours:
+        lo, hi = cpu_workers, cpu_workers
+        while hi < 16 * cpu_workers:
+            hi = min(16 * cpu_workers, max(hi + 1, int(hi * 1.25)))
+            if _plan_for(hi, **kw).wall_hours <= hours:
+                break
+            lo = hi
+        if _plan_for(hi, **kw).wall_hours <= hours:
+            while hi - lo > 1:  # the fewest that meet it
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if _plan_for(mid, **kw).wall_hours <= hours else (mid, hi)
+        best = _plan_for(hi, **kw)
+    return best
+
+
+def _plan_for(workers: int, *, docs: float, bytes_per_doc: float, hours: float, worker_memory_gib: float, file_mb: float,
+              cluster_start_s: float, stages: list[StageCost], core_s: list[float]) -> Plan:
+    """The plan with ``workers`` one-core workers per stage."""
+    from prepline.errors import ConfigError
+
     disk_bytes = docs * bytes_per_doc * SAMPLE_DISK_BYTES / SAMPLE_TEXT_BYTES
     files = max(1, math.ceil(disk_bytes / (file_mb * 2**20)))
     docs_per_file = docs / files
@@ -181,19 +211,19 @@ def plan(docs: float, bytes_per_doc: float = SAMPLE_TEXT_BYTES, hours: float = 2
         mem = worker_mib(s, docs, docs_per_file, bytes_per_doc, shards) / 1024
         get = files * s.reads * (1 + groups) + lists * s.reads
         # a shard task reads its batch of every partitioned file (one per input batch): the IPC footer and
-        # the batch, one file after another (prepline.sharded.iter_partition), and lists the prefix first
+        # the batch, PARTITION_READERS files at once (prepline.sharded.iter_partition), after listing the prefix
         producers = files * groups
         shuffle_get = 2 * s.shuffles * producers * shards
         get += shuffle_get
         put = files * (parts + 2) + files + s.shuffles * producers  # the parts, create and complete; a marker per file; partitioned files
         shuffle_list = s.shuffles * shards * math.ceil(producers / 1000)
-        # its shard tasks' reads, one after another, on top of the CPU time (one core per worker waits on them)
-        read_s = math.ceil(shards / workers) * 2 * s.shuffles * producers * GET_LATENCY_S if shards else 0.0
+        # its shard tasks' reads, on top of the CPU time (a worker waits on them)
+        read_s = math.ceil(shards / workers) * 2 * s.shuffles * producers * GET_LATENCY_S / PARTITION_READERS if shards else 0.0
         if read_s > cs / workers:
             notes.append(f"{s.name}: {shuffle_get:,} of its GETs are the shuffle ({s.shuffles} × {producers:,} partitioned files × "
-                         f"{shards:,} shards × 2); a worker's {math.ceil(shards / workers)} shard tasks read theirs one after "
-                         f"another, {read_s / 3600:,.1f} h at {GET_LATENCY_S * 1000:.0f} ms a GET against {cs / workers / 3600:,.1f} h "
-                         f"of CPU: the requests set its time (docs/scale.md, 'Where the design breaks first')")
+                         f"{shards:,} shards × 2); a worker's {math.ceil(shards / workers)} shard tasks read theirs "
+                         f"{PARTITION_READERS} at a time, {read_s / 3600:,.1f} h at {GET_LATENCY_S * 1000:.0f} ms a GET against "
+                         f"{cs / workers / 3600:,.1f} h of CPU: the requests set its time (docs/scale.md, 'Where the design breaks first')")
         rows.append({
             "stage": s.name, "core_h": cs / 3600, "wall_h": (cs / workers + read_s + cluster_start_s) / 3600, "read_h": read_s / 3600,
             "worker_gib": mem, "shards": shards, "state_gib": state_gib,

@@ -95,3 +95,37 @@ def test_read_rows_reads_only_the_row_groups_that_hold_the_rows(tmp_path):
     pf.read_row_groups = lambda groups, **kw: read.extend(groups) or pq.ParquetFile.read_row_groups(pf, groups, **kw)
     read_rows(pf, 250, 300)
     assert read == [2, 3, 4, 5]
+
+
+@pytest.mark.s3
+def test_a_shard_reads_an_object_stores_files_ahead_in_file_order(s3_bucket, monkeypatch):
+    """Each partitioned file costs a footer and a range GET (latency, not bytes): on S3 a shard task
+    reads up to PARTITION_READERS of them at once, and still yields them in file order."""
+    import threading
+    import time
+
+    from prepline import sharded
+
+    loc = open_location(f"s3://{s3_bucket}/ahead")
+    tables = _tables(n_files=12, rows=200, seed=5)
+    for f, t in enumerate(tables):
+        write_partitioned(loc, f"parts/f{f:02d}.arrow", t, shard_of_ids(t.column("id").to_numpy(), 3))
+    live, most, lock = [0], [0], threading.Lock()
+    opened = loc.open_input
+
+    def slow_open(rel, size=None):
+        with lock:
+            live[0] += 1
+            most[0] = max(most[0], live[0])
+        time.sleep(0.05)  # a GET's latency
+        with lock:
+            live[0] -= 1
+        return opened(rel, size)
+
+    monkeypatch.setattr(loc, "open_input", slow_open)
+    monkeypatch.setattr(sharded, "PARTITION_READERS", 4)
+    got = read_partition(loc, "parts", 1)
+    want = pa.concat_tables([t.filter(pa.array(shard_of_ids(t.column("id").to_numpy(), 3) == 1)) for t in tables])
+    assert got.equals(want) and most[0] == 4  # four reads at once, never more; the rows in file then row order
+    first = next(sharded.iter_partition(loc, "parts", 2))  # a consumer that stops early does not hang
+    assert first.num_rows > 0
