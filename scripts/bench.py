@@ -145,10 +145,13 @@ def main() -> int:
     ap.add_argument("--train-loading", action="store_true",
                     help="the fine-tune's data wait from S3 (moto behind a latency proxy), epoch 1 vs 2, node cache vs none "
                          "(benchmarks/train_loading.py)")
-    ap.add_argument("--latency-ms", type=float, default=30.0, help="--train-loading: delay of every S3 request")
+    ap.add_argument("--latency-ms", type=float, default=30.0, help="--train-loading, --shuffle-reads: delay of every S3 request")
     ap.add_argument("--synthesize", action="store_true",
                     help="synthesize's generation: new tokens/s by batch size and max_new_tokens, torch on CPU; vLLM where a GPU is "
                          "(benchmarks/synthesize.py)")
+    ap.add_argument("--shuffle-reads", action="store_true",
+                    help="one dedup shard task's reads of 200 partitioned files on S3 (moto behind a latency proxy), one at a "
+                         "time against PARTITION_READERS at once (benchmarks/shuffle_reads.py)")
     ap.add_argument("--scale", default="",
                     help="comma-separated corpus sizes (e.g. 1e6,3e6,1e7): grown corpora (prepline sample --grow-from one "
                          "1M-document base), the --only stages at each size on --runtime ray with --workers 2 by default; prints "
@@ -171,6 +174,15 @@ def main() -> int:
 
         res = synthesize.run(log=lambda m: print(m, file=sys.stderr))
         print(synthesize.table(res))
+        if args.json:
+            Path(args.json).write_text(json.dumps(res, indent=2))
+        return 0
+    if args.shuffle_reads:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import shuffle_reads
+
+        res = shuffle_reads.run(args.latency_ms, log=lambda m: print(m, file=sys.stderr))
+        print(shuffle_reads.table(res))
         if args.json:
             Path(args.json).write_text(json.dumps(res, indent=2))
         return 0

@@ -39,10 +39,15 @@ ROWS_PER_GROUP = 64 * 1024
 MEASURED_BATCH_DOCS = 62_500
 FIXED_MIB = 150.0
 PART_MB = 16
-#: one S3 GET's latency from a worker in the bucket's region (an assumption, as cluster_start_s is)
+#: one S3 request's latency from a worker in the bucket's region (an assumption, as cluster_start_s is)
 GET_LATENCY_S = 0.030
 #: partitioned files a shard task reads at once (prepline.sharded.PARTITION_READERS; a test keeps them equal)
 PARTITION_READERS = 16
+SHUFFLE_READS = "docs/performance.md, 'Shuffle reads from S3': scripts/bench.py --shuffle-reads, moto behind a 30 ms proxy (2026-12-07)"
+#: a shard task's read of one partitioned file at 30 ms a request: 155 ms one file at a time (about 5
+#: round trips to open the IPC file and read the shard's batch), 27.1 ms a file with 16 at once (SHUFFLE_READS)
+PARTITION_ROUND_TRIPS = 5
+PARTITION_FILE_S = 0.0271
 SCALE_CURVE = "docs/performance.md, 'Scale curve': scripts/bench.py --memory-sizes, 1M documents, 1 worker (2026-12-03)"
 PEERS_200K = "docs/performance.md, 'The web-text stages at 200,000 documents': scripts/bench.py --peers, 2 workers, start-up included"
 PEERS_50K = "docs/performance.md, 'The web-text stages against datatrove, after two speed-ups': scripts/bench.py --peers --docs 50000, 2 workers"
@@ -76,13 +81,13 @@ STAGES: tuple[StageCost, ...] = (
     # the global stages' worker RSS: a Ray worker's peak at 1M documents (SCALE_10M); their rates: one core
     StageCost("doc_id", 97_081, 442, 0, 1, f"{SCALE_CURVE}; RSS: {SCALE_10M}"),
     # 16 bytes per document of one process's peak with 16 shards (STATE_80): 256 over the corpus
-    StageCost("exact_dedup", 52_673, 686, 16 * MEASURED_SHARDS, 2, f"{SCALE_CURVE}; RSS: {SCALE_10M}; state: {STATE_80}", shuffles=1),
+    StageCost("exact_dedup", 52_673, 686, 16 * MEASURED_SHARDS, 2, f"{SCALE_CURVE}; RSS: {SCALE_10M}; state: {STATE_80}; shuffle: {SHUFFLE_READS}", shuffles=1),
     # the buckets phase's peak at 10M (714.6 MiB) over a Ray worker's idle 175.9 MiB, 9,657,600 documents, 16 shards
     StageCost("fuzzy_dedup", 12_234, 586, (714.6 - 175.9) * 2**20 * MEASURED_SHARDS / 9_657_600, 2,
-              f"{SCALE_CURVE}; RSS and state: {SCALE_10M}", 967_501 / 16, shuffles=3),
+              f"{SCALE_CURVE}; RSS and state: {SCALE_10M}; shuffle: {SHUFFLE_READS}", 967_501 / 16, shuffles=3),
     # rate: 12.9 µs per document of engine time on 2 workers at 10M; state: its reduce stayed under the count
     # phase's peak (744.8 MiB at 10M, 9,312,587 documents): an upper bound
-    StageCost("line_dedup", 38_760, 728, (744.8 - 175.9) * 2**20 * MEASURED_SHARDS / 9_312_587, 2, SCALE_10M, 933_918 / 16, shuffles=1),
+    StageCost("line_dedup", 38_760, 728, (744.8 - 175.9) * 2**20 * MEASURED_SHARDS / 9_312_587, 2, f"{SCALE_10M}; shuffle: {SHUFFLE_READS}", 933_918 / 16, shuffles=1),
     StageCost("lang_id", 4_980, 489, 0, 1, SCALE_CURVE),
     StageCost("doc_quality", 7_333, 583, 0, 1, SCALE_CURVE),
     StageCost("pii_redactor", 1_576, 764, 0, 1, SCALE_CURVE),
@@ -168,24 +173,18 @@ def plan(docs: float, bytes_per_doc: float = SAMPLE_TEXT_BYTES, hours: float = 2
     cpu_workers = max(1, math.ceil(sum(core_s) / budget))
     kw = dict(docs=docs, bytes_per_doc=bytes_per_doc, hours=hours, worker_memory_gib=worker_memory_gib, file_mb=file_mb,
               cluster_start_s=cluster_start_s, stages=stages, core_s=core_s)
-    # the CPU's count, raised until the dedup shuffles' reads fit too (fewer shard tasks per worker),
-    # up to 16× (past that, the plan says it misses the deadline)
     if workers:
         return _plan_for(workers, **kw)
-    best = _plan_for(cpu_workers, **kw)
-    if best.wall_hours > hours:
-        lo, hi = cpu_workers, cpu_workers
-        while hi < 16 * cpu_workers:
-            hi = min(16 * cpu_workers, max(hi + 1, int(hi * 1.25)))
-            if _plan_for(hi, **kw).wall_hours <= hours:
-                break
-            lo = hi
-        if _plan_for(hi, **kw).wall_hours <= hours:
-            while hi - lo > 1:  # the fewest that meet it
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if _plan_for(mid, **kw).wall_hours <= hours else (mid, hi)
-        best = _plan_for(hi, **kw)
-    return best
+    # the CPU's count, raised until the dedup shuffles' reads fit too (fewer shard tasks per worker), up to
+    # 16× (past that, the plan says it misses the deadline). The wall time is not monotonic in the workers
+    # (a count just past a power of two doubles some workers' shard tasks): counts are tried in order
+    w = cpu_workers
+    while w <= 16 * cpu_workers:
+        best = _plan_for(w, **kw)
+        if best.wall_hours <= hours:
+            return best
+        w += 1 if w - cpu_workers < 4096 else max(1, w // 100)
+    return _plan_for(cpu_workers, **kw)  # none meets it: the CPU's count, and the verdict says by how much
 
 
 def _plan_for(workers: int, *, docs: float, bytes_per_doc: float, hours: float, worker_memory_gib: float, file_mb: float,
@@ -213,16 +212,16 @@ def _plan_for(workers: int, *, docs: float, bytes_per_doc: float, hours: float, 
         # a shard task reads its batch of every partitioned file (one per input batch): the IPC footer and
         # the batch, PARTITION_READERS files at once (prepline.sharded.iter_partition), after listing the prefix
         producers = files * groups
-        shuffle_get = 2 * s.shuffles * producers * shards
+        shuffle_get = PARTITION_ROUND_TRIPS * s.shuffles * producers * shards
         get += shuffle_get
         put = files * (parts + 2) + files + s.shuffles * producers  # the parts, create and complete; a marker per file; partitioned files
         shuffle_list = s.shuffles * shards * math.ceil(producers / 1000)
         # its shard tasks' reads, on top of the CPU time (a worker waits on them)
-        read_s = math.ceil(shards / workers) * 2 * s.shuffles * producers * GET_LATENCY_S / PARTITION_READERS if shards else 0.0
+        read_s = math.ceil(shards / workers) * s.shuffles * producers * PARTITION_FILE_S * GET_LATENCY_S / 0.030 if shards else 0.0
         if read_s > cs / workers:
             notes.append(f"{s.name}: {shuffle_get:,} of its GETs are the shuffle ({s.shuffles} × {producers:,} partitioned files × "
-                         f"{shards:,} shards × 2); a worker's {math.ceil(shards / workers)} shard tasks read theirs "
-                         f"{PARTITION_READERS} at a time, {read_s / 3600:,.1f} h at {GET_LATENCY_S * 1000:.0f} ms a GET against "
+                         f"{shards:,} shards × {PARTITION_ROUND_TRIPS}); a worker's {math.ceil(shards / workers)} shard "
+                         f"task{'s read their' if shards > workers else ' reads its'} files {PARTITION_READERS} at a time, {read_s / 3600:,.1f} h at {GET_LATENCY_S * 1000:.0f} ms a request against "
                          f"{cs / workers / 3600:,.1f} h of CPU: the requests set its time (docs/scale.md, 'Where the design breaks first')")
         rows.append({
             "stage": s.name, "core_h": cs / 3600, "wall_h": (cs / workers + read_s + cluster_start_s) / 3600, "read_h": read_s / 3600,
