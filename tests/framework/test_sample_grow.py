@@ -105,3 +105,17 @@ def test_cli_grows_from_a_base_and_refuses_a_missing_one(grown, tmp_path):
     assert read(tmp_path / "g").num_rows == 3500
     with pytest.raises(SampleError, match="not a finished sample"):
         grow_sample(tmp_path / "nothing", tmp_path / "g2", 10)
+
+
+def test_cli_above_the_builders_size_builds_a_base_grows_it_and_removes_it(tmp_path, monkeypatch, capsys):
+    from prepline.cli import main as cli_main
+    from prepline.sample import grow
+
+    monkeypatch.setattr(grow, "GROW_ABOVE", 300)
+    monkeypatch.setattr(grow, "BASE_DOCS", 200)
+    assert cli_main(["sample", "--output", str(tmp_path / "big"), "--docs", "500", "--files", "2"]) == 0
+    assert "500 docs in" in capsys.readouterr().out.replace("\n", " ")
+    assert read(tmp_path / "big").num_rows == 500
+    s = json.loads((tmp_path / "big" / "_truth" / "summary.json").read_text())
+    assert s["grown_from"]["docs"] == 200 and s["grown_from"]["copies"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big"]  # the base was built beside it and removed
