@@ -89,6 +89,7 @@ svg .grid{stroke:#e6e9ec}svg .tick,svg .unit{fill:#59636e}svg .row-label{fill:#1
 svg .legend-item{cursor:pointer}svg .legend-item.off{opacity:.35}svg .off-series{display:none}
 table{border-collapse:collapse;width:100%;font-size:13px}th,td{border-bottom:1px solid #e6e9ec;padding:4px 6px;text-align:left;vertical-align:top}
 td.n{text-align:right;font-variant-numeric:tabular-nums}td.t{white-space:nowrap}.bad{color:#cf222e;font-weight:600}code{font-size:12px}
+#accounting pre{white-space:pre-wrap;overflow-wrap:anywhere}
 """
 
 #: a click on a legend entry hides or shows that series (the page works without it)
