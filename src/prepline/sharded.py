@@ -85,9 +85,10 @@ def _visible(rel: str, suffix: str) -> bool:
     return rel.endswith(suffix) and not rel.rsplit("/", 1)[-1].startswith(".")
 
 
-#: partitioned files a shard task reads at once from an object store: each read is a footer and a range
-#: (two GETs whose time is latency, not bytes), and a shard reads one batch of every producer's file, so
-#: they overlap; a local folder is read one file after another (no latency to hide)
+#: partitioned files a shard task reads at once from an object store: opening one and reading its batch
+#: takes about five round trips, whose time is latency, not bytes (155 ms a file at 30 ms a request, 27 ms
+#: with 16 at once: scripts/bench.py --shuffle-reads), and a shard reads a batch of every producer's file;
+#: a local folder is read one file after another (no latency to hide)
 PARTITION_READERS = 16
 
 
