@@ -53,6 +53,8 @@ PEERS_200K = "docs/performance.md, 'The web-text stages at 200,000 documents': s
 PEERS_50K = "docs/performance.md, 'The web-text stages against datatrove, after two speed-ups': scripts/bench.py --peers --docs 50000, 2 workers"
 STATE_80 = "docs/performance.md, 'Memory per document, global state': 80 files at 1M documents, RSS growth per document"
 SCALE_10M = "docs/performance.md, 'Scale to 10M documents': scripts/bench.py --scale 1e6,3e6,1e7, Ray, 2 workers (2026-12-07)"
+SCALE_MODELS = ("docs/performance.md, 'Scale to 10M documents': scripts/bench.py --scale 1e6,3e6 --only lang_id,doc_quality,hap,"
+                "filter,tokenization, Ray, 2 workers (2026-12-07)")
 #: the shard count of the runs that measured the dedup stages' state (their default num_shards): a
 #: worker's peak grows with its shard's share of the corpus, so the corpus-wide state per document
 #: is the per-worker growth per document times this
@@ -88,12 +90,12 @@ STAGES: tuple[StageCost, ...] = (
     # rate: 12.9 µs per document of engine time on 2 workers at 10M; state: its reduce stayed under the count
     # phase's peak (744.8 MiB at 10M, 9,312,587 documents): an upper bound
     StageCost("line_dedup", 38_760, 728, (744.8 - 175.9) * 2**20 * MEASURED_SHARDS / 9_312_587, 2, f"{SCALE_10M}; shuffle: {SHUFFLE_READS}", 933_918 / 16, shuffles=1),
-    StageCost("lang_id", 4_980, 489, 0, 1, SCALE_CURVE),
-    StageCost("doc_quality", 7_333, 583, 0, 1, SCALE_CURVE),
+    StageCost("lang_id", 4_980, 574, 0, 1, f"{SCALE_CURVE}; RSS: {SCALE_MODELS}"),
+    StageCost("doc_quality", 7_333, 631, 0, 1, f"{SCALE_CURVE}; RSS: {SCALE_MODELS}"),
     StageCost("pii_redactor", 1_576, 764, 0, 1, SCALE_CURVE),
-    StageCost("hap", 10_335, 747, 0, 1, SCALE_CURVE),
+    StageCost("hap", 10_335, 809, 0, 1, f"{SCALE_CURVE}; RSS: {SCALE_MODELS}"),
     StageCost("filter", 90_525, 487, 0, 1, f"{SCALE_CURVE}; RSS: {SCALE_10M}", 736_951 / 16),
-    StageCost("tokenization", 5_098, 832, 0, 1, SCALE_CURVE),
+    StageCost("tokenization", 5_098, 927, 0, 1, f"{SCALE_CURVE}; RSS: {SCALE_MODELS}"),
 )
 #: opt-in web stages (docs/recipes.md), for a plan that adds them
 OPTIONAL: tuple[StageCost, ...] = (
