@@ -28,11 +28,12 @@ Bounds (a row over one is printed and the benchmark exits 1):
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-BASE_DOCS = int(__import__("os").environ.get("PREPLINE_SCALE_BASE_DOCS", 1_000_000))  # smaller only to try the benchmark out
+BASE_DOCS = int(os.environ.get("PREPLINE_SCALE_BASE_DOCS", 1_000_000))  # smaller only to try the benchmark out
 TIME_SLACK = 0.20
 DRIVER_SLACK, DRIVER_SLACK_MIB = 0.10, 32.0
 #: a worker's peak over the model's: the allocator keeps what the largest batches took (measured: doc_id,

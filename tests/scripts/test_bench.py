@@ -4,6 +4,7 @@ made here. Performance targets live in the benchmark, never in these tests."""
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -153,7 +154,7 @@ def test_scale_bounds_flag_time_driver_and_worker_growth():
 
 @pytest.mark.slow
 def test_bench_scale_smoke_grows_its_corpora_and_prints_the_bounds(tmp_path):
-    env = {**__import__("os").environ, "PREPLINE_SCALE_BASE_DOCS": "1500"}
+    env = {**os.environ, "PREPLINE_SCALE_BASE_DOCS": "1500"}
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--scale", "1500,3000", "--only", "doc_id,exact_dedup",
                           "--runtime", "local", "--work", str(tmp_path)], capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode in (0, 1), out.stderr[-2000:]
