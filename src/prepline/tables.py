@@ -61,8 +61,9 @@ def print_summary(meta: dict) -> None:
         rows.append(("rate", f"{t['docs_per_second']:,.0f} docs/s, {t.get('mb_per_second') or 0:,.2f} MB/s"))
     if t.get("driver_peak_rss_mib"):
         workers = f", workers {t['worker_peak_rss_mib']:,.0f} MiB" if t.get("worker_peak_rss_mib") else ""
-        rows.append(("peak memory", f"driver {t['driver_peak_rss_mib']:,.0f} MiB{workers}; temporary files "
-                                    f"{t.get('work_bytes', 0) / 1e6:,.1f} MB"))
+        rows.append(("peak memory", f"driver {t['driver_peak_rss_mib']:,.0f} MiB{workers}"))
+    if t.get("work_bytes", 0) >= 100_000:  # a global stage's shard files (a map's markers alone are not worth a line)
+        rows.append(("temporary files", f"{t['work_bytes'] / 1e6:,.1f} MB in {t.get('work_files', 0):,} files (deleted)"))
     for k, v in rows:
         table.add_row(k, v)
     _console().print(table)
