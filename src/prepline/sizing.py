@@ -9,10 +9,12 @@ Every constant names the benchmark it came from. The model, stated so it can be 
   cost grows with the text it reads; the dedup stages' per-document state does not, see below).
   Every stage is assumed to see every document (an upper bound: dedup and filters shrink what later
   stages read). Stages run one after another, each on its own cluster of ``workers`` one-core
-  workers, plus ``cluster_start_s`` to start it; the worker count is the smallest that fits the
-  deadline with the same count for every stage.
-* **Memory.** A worker holds one batch: the measured peak RSS at 1M documents (62,500-document files,
-  one row group), of which ``FIXED_MIB`` is the process and the rest scales with the row group's text
+  workers, plus ``cluster_start_s`` to start it, plus, for a dedup stage, its shard tasks' reads of
+  the shuffle's partitioned files (``PARTITION_FILE_S`` a file, measured); the worker count is the
+  smallest that fits the deadline with the same count for every stage.
+* **Memory.** A worker holds one batch: the measured peak RSS of a Ray worker at 1M documents
+  (``measured_batch_docs`` a file, one row group; pii_redactor's still a local process's), of which
+  ``FIXED_MIB`` is the process and the rest scales with the row group's text
   (``min(documents per file, 65,536) × bytes_per_doc``), plus, for the dedup stages, its shard of the global
   state (measured bytes per document × documents / shards). Shards are the smallest power of two ≥
   workers that keeps a shard within ``worker_memory_gib``.
@@ -21,7 +23,8 @@ Every constant names the benchmark it came from. The model, stated so it can be 
   (``location.PARQUET_WRITE_OPTIONS``); a written file is a multipart upload of
   ``PREPLINE_S3_PART_MB`` (16 MiB) parts plus its start and completion, and a marker object; a
   listing is one LIST per 1,000 keys. The dedup stages read their input twice (the plan, then the
-  final map).
+  final map), and each shard task reads every partitioned file of a shuffle (``PARTITION_ROUND_TRIPS``
+  requests each) after listing them.
 """
 
 from __future__ import annotations
