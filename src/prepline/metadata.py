@@ -84,6 +84,12 @@ def check_file_counts(rel: str, stats: dict) -> None:
         )
 
 
+#: the totals that measure how a run went (time, memory, temporary space), not what it computed: two
+#: runs of the same input and parameters agree on every other total
+MEASURED_TOTALS = ("seconds", "work_seconds", "startup_seconds", "docs_per_second", "mb_per_second",
+                   "driver_peak_rss_mib", "worker_peak_rss_mib", "work_bytes", "work_files")
+
+
 def peak_rss_mib() -> float | None:
     """This process's peak resident memory so far, MiB: ``VmHWM`` (Linux; unlike ``ru_maxrss`` it is
     not the RSS of the process a worker was forked from), else ``ru_maxrss``; None where neither is."""
