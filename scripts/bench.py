@@ -20,6 +20,7 @@ file at every size: then peak RSS grows with the stage's state, not with the fil
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import json
 import os
@@ -168,33 +169,10 @@ def main() -> int:
         args.workers = args.workers if "--workers" in sys.argv else 2
     if args.peers:
         return peers(args)
-    if args.synthesize:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        import synthesize
-
-        res = synthesize.run(log=lambda m: print(m, file=sys.stderr))
-        print(synthesize.table(res))
-        if args.json:
-            Path(args.json).write_text(json.dumps(res, indent=2))
-        return 0
-    if args.shuffle_reads:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        import shuffle_reads
-
-        res = shuffle_reads.run(args.latency_ms, log=lambda m: print(m, file=sys.stderr))
-        print(shuffle_reads.table(res))
-        if args.json:
-            Path(args.json).write_text(json.dumps(res, indent=2))
-        return 0
-    if args.train_loading:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        import train_loading
-
-        res = train_loading.run(args.latency_ms, log=lambda m: print(m, file=sys.stderr))
-        print(train_loading.table(res))
-        if args.json:
-            Path(args.json).write_text(json.dumps(res, indent=2))
-        return 0
+    for flag, module, kwargs in (("synthesize", "synthesize", {}), ("shuffle_reads", "shuffle_reads", {"latency_ms": args.latency_ms}),
+                                 ("train_loading", "train_loading", {"latency_ms": args.latency_ms})):
+        if getattr(args, flag):
+            return run_module(module, kwargs, args.json)
 
     from prepline import registry
 
@@ -280,6 +258,17 @@ def main() -> int:
         print_scale([r for r in rows if "[" not in r["stage"]], sizes)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2, default=str))
+    return 0
+
+
+def run_module(name: str, kwargs: dict, json_out: str) -> int:
+    """A benchmark of benchmarks/<name>.py: its run(), its table on stdout, its results as JSON if asked."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    mod = importlib.import_module(name)
+    res = mod.run(**kwargs, log=lambda m: print(m, file=sys.stderr))
+    print(mod.table(res))
+    if json_out:
+        Path(json_out).write_text(json.dumps(res, indent=2))
     return 0
 
 

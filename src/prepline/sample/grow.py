@@ -50,6 +50,11 @@ def _compiled():
     import numba
 
     @numba.njit(cache=True, nogil=True)
+    def word_byte(b):  # pragma: no cover - compiled
+        """Part of a word: not white space, not ASCII punctuation, not the lead byte of a CJK unit."""
+        return b > 0x20 and not (0xE3 <= b <= 0xED) and (b >= 0x80 or 0x30 <= b <= 0x39 or 0x41 <= b <= 0x5A or 0x61 <= b <= 0x7A)
+
+    @numba.njit(cache=True, nogil=True)
     def tag_copy(data, offsets, seed, one_in, word_tag, char_tag, out, out_offsets):  # pragma: no cover - compiled
         o = 0
         n = len(offsets) - 1
@@ -58,39 +63,28 @@ def _compiled():
             i, end = offsets[d], offsets[d + 1]
             while i < end:
                 b = data[i]
-                # a CJK unit: one 3-byte character from U+3040 (kana) to U+D7AF (the Hangul block's end)
-                if 0xE3 <= b <= 0xED and i + 2 < end:
-                    h = np.uint64(14695981039346656037) ^ np.uint64(seed)
-                    for j in range(3):
-                        out[o + j] = data[i + j]
-                        h = (h ^ np.uint64(data[i + j])) * np.uint64(1099511628211)
-                    o += 3
-                    i += 3
-                    if (h >> np.uint64(17)) % np.uint64(one_in) == 0:
-                        for j in range(len(char_tag)):
-                            out[o + j] = char_tag[j]
-                        o += len(char_tag)
+                # a unit: a CJK character (3 bytes from U+3040, kana, to U+D7AF, the Hangul block's end),
+                # or a word (bytes up to white space, ASCII punctuation or a CJK unit)
+                cjk = 0xE3 <= b <= 0xED and i + 2 < end
+                if not cjk and not word_byte(b):
+                    out[o] = b
+                    o += 1
+                    i += 1
                     continue
-                # a word: bytes up to white space, ASCII punctuation or a CJK unit
-                if b > 0x20 and not (b < 0x80 and not (0x30 <= b <= 0x39 or 0x41 <= b <= 0x5A or 0x61 <= b <= 0x7A)):
-                    h = np.uint64(14695981039346656037) ^ np.uint64(seed)
-                    while i < end:
-                        b = data[i]
-                        if b <= 0x20 or (0xE3 <= b <= 0xED) or (b < 0x80 and not (0x30 <= b <= 0x39 or 0x41 <= b <= 0x5A or 0x61 <= b <= 0x7A)):
-                            break
-                        lb = b + 32 if 0x41 <= b <= 0x5A else b  # the type is the lowercased word
-                        h = (h ^ np.uint64(lb)) * np.uint64(1099511628211)
-                        out[o] = b
-                        o += 1
-                        i += 1
-                    if (h >> np.uint64(17)) % np.uint64(one_in) == 0:
-                        for j in range(len(word_tag)):
-                            out[o + j] = word_tag[j]
-                        o += len(word_tag)
-                    continue
-                out[o] = b
-                o += 1
-                i += 1
+                stop = i + 3 if cjk else end
+                h = np.uint64(14695981039346656037) ^ np.uint64(seed)
+                while i < stop and (cjk or word_byte(data[i])):
+                    b = data[i]
+                    lb = b + 32 if 0x41 <= b <= 0x5A else b  # the type is the lowercased word
+                    h = (h ^ np.uint64(lb)) * np.uint64(1099511628211)
+                    out[o] = b
+                    o += 1
+                    i += 1
+                if (h >> np.uint64(17)) % np.uint64(one_in) == 0:
+                    tag = char_tag if cjk else word_tag
+                    for j in range(len(tag)):
+                        out[o + j] = tag[j]
+                    o += len(tag)
         out_offsets[n] = o
         return o
 
