@@ -555,7 +555,9 @@ def summary_markdown(meta: dict, stage: str) -> str:
 
 
 def metrics_of(meta: dict) -> dict[str, float]:
-    """The step's KFP Metrics: documents, removals by reason, the headline numbers, time and rate."""
+    """The step's KFP Metrics: documents, removals by reason, the headline numbers, time and rate, and
+    what the run measured of itself (peak memory of the driver and workers, temporary space)."""
+    from prepline.metadata import MEASURED_TOTALS
     from prepline.tables import headline_items, reason_label
 
     t = meta["totals"]
@@ -563,8 +565,8 @@ def metrics_of(meta: dict) -> dict[str, float]:
     m.update({f"removed: {reason_label(meta, k)}": v for k, v in t["removed"].items()})
     m.update({h["label"]: h["value"] for h in headline_items(meta)})
     m["seconds"] = t["seconds"]
-    for k in ("work_seconds", "startup_seconds", "docs_per_second"):
-        if t.get(k) is not None:
+    for k in MEASURED_TOTALS:
+        if t.get(k) is not None and k not in m:
             m[k] = t[k]
     if meta.get("job"):
         m["job_seconds"] = meta["job"]["seconds"]

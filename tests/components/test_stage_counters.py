@@ -108,5 +108,8 @@ def test_step_markdown_and_metrics_carry_the_transforms_own_counters(name, ids, 
     t = meta["totals"]
     assert t["work_seconds"] + t["startup_seconds"] == pytest.approx(t["seconds"], abs=0.01)
     assert "| work seconds |" in md and metrics["work_seconds"] == t["work_seconds"]
+    # what the run measured of itself: the KFP UI shows peak memory beside the counts
+    assert metrics["driver_peak_rss_mib"] == t["driver_peak_rss_mib"] > 0
+    assert metrics["worker_peak_rss_mib"] == t["worker_peak_rss_mib"] > 0
     if name == "filter":  # the reasons are the SQL, or the label given
         assert "| removed: long enough |" in md and "| failed: has 'the' |" in md and "criterion_1" not in md
