@@ -6,12 +6,15 @@ shards, or one task that runs once. Phases talk through files under the stage's 
 (``ctx.work``), so each phase resumes from its completion markers. Two kinds of files:
 
 * **Partitioned files** (:func:`write_partitioned`, :func:`read_partition`): what a producer task
-  sends to the tasks of a shard phase. A producer writes *one* Arrow IPC file holding one record
-  batch per shard it has rows for (the batch index is in the schema metadata); the task of shard
-  ``s`` reads only batch ``s`` of every file under a prefix, through the storage layer's random
-  access (:meth:`prepline.data_access.Location.open_input`: memory-mapped locally, range reads
-  through fsspec elsewhere). So no task holds more than its shard, a producer writes one file whatever the shard count,
-  and reading a shard costs no Parquet decoding.
+  sends to the tasks of a shard phase. A producer writes *one* file: an Arrow IPC stream with one
+  record batch per shard it has rows for, then the schema again and an index of each shard's byte
+  span, then the index's length and a magic tag. The task of shard ``s`` reads the file's tail (one
+  ranged read of ``TAIL_BYTES``: the index and schema) and then only its batch's bytes (a second
+  read, none when the batch is in the tail): two requests a file on an object store, where Arrow's
+  file format took about five (its magic, footer length, footer, then the batch). So no task holds
+  more than its shard, a producer writes one file whatever the shard count, and reading a shard
+  costs no Parquet decoding. Files of Arrow's file format (an older version's work folder being
+  resumed) are still read.
 * **Parquet results** (:func:`read_all`, :func:`read_range`): what a phase leaves for the plan or
   the final map (duplicate keys, edges, clusters). :func:`read_range` reads only the row groups
   of an id-sorted file whose statistics overlap the wanted ids.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import struct
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
@@ -39,9 +43,32 @@ from prepline.minhash import mix64
 
 __all__ = ["iter_partition", "parquet_files", "read_all", "read_partition", "read_range", "read_rows", "SortedFile", "shard_of_ids", "shard_of_keys", "write_partitioned"]
 
-#: schema metadata key of a partitioned file: {"<shard>": <record batch index>}
+#: schema metadata key of a partitioned file of Arrow's file format (before the tail index): {"<shard>": <batch index>}
 _INDEX_KEY = b"prepline.shards"
 PARTITIONED_SUFFIX = ".arrow"
+#: a partitioned file ends with ``<index JSON><its length: uint32 LE><_MAGIC>``
+_MAGIC = b"PLSHARD1"
+#: bytes of a partitioned file's end read first: the index and schema (and, in a small file, every batch)
+TAIL_BYTES = 64 * 1024
+
+
+class _Counted:
+    """A write-only file that counts the bytes written through it (the shards' byte spans)."""
+
+    def __init__(self, f):
+        self._f, self.n, self.closed = f, 0, False
+
+    def write(self, b) -> int:
+        b = memoryview(b)
+        self._f.write(b)
+        self.n += b.nbytes
+        return b.nbytes
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:  # the stream writer's close must not close the file: the tail follows
+        pass
 
 
 def shard_of_ids(ids: np.ndarray, shards: int) -> np.ndarray:
@@ -73,11 +100,19 @@ def write_partitioned(loc: Location, rel: str, table: pa.Table, shard: np.ndarra
     parts = _split_by(table, shard)
     if not parts:
         return 0
-    index = {str(s): i for i, (s, _) in enumerate(parts)}
-    schema = table.schema.with_metadata({_INDEX_KEY: json.dumps(index).encode()})
-    with loc.open_output(rel) as f, ipc.new_file(f, schema, options=ipc.IpcWriteOptions(compression="lz4")) as w:
-        for _, part in parts:  # streamed to the file: no second copy of the table in memory
-            w.write_batch(pa.RecordBatch.from_arrays([col.combine_chunks() for col in part.columns], schema=schema))
+    schema = table.schema
+    spans: dict[str, list[int]] = {}
+    with loc.open_output(rel) as f:
+        out = _Counted(f)
+        with ipc.new_stream(out, schema, options=ipc.IpcWriteOptions(compression="lz4")) as w:
+            for s, part in parts:  # streamed to the file: no second copy of the table in memory
+                lo = out.n
+                w.write_batch(pa.RecordBatch.from_arrays([col.combine_chunks() for col in part.columns], schema=schema))
+                spans[str(s)] = [lo, out.n - lo]
+        schema_bytes = schema.serialize().to_pybytes()
+        index = json.dumps({"schema": [out.n, len(schema_bytes)], "shards": spans}, separators=(",", ":")).encode()
+        out.write(schema_bytes)
+        out.write(index + struct.pack("<I", len(index)) + _MAGIC)
     return len(parts)
 
 
@@ -85,14 +120,52 @@ def _visible(rel: str, suffix: str) -> bool:
     return rel.endswith(suffix) and not rel.rsplit("/", 1)[-1].startswith(".")
 
 
-#: partitioned files a shard task reads at once from an object store: opening one and reading its batch
-#: takes about five round trips, whose time is latency, not bytes (155 ms a file at 30 ms a request, 27 ms
-#: with 16 at once: scripts/bench.py --shuffle-reads), and a shard reads a batch of every producer's file;
-#: a local folder is read one file after another (no latency to hide)
+#: partitioned files a shard task reads at once from an object store: a file's tail and its batch are two
+#: round trips, whose time is latency, not bytes (scripts/bench.py --shuffle-reads), and a shard reads a
+#: batch of every producer's file; a local folder is read one file after another (no latency to hide)
 PARTITION_READERS = 16
 
 
+def _read(loc: Location, f, lo: int, hi: int) -> bytes:
+    """Bytes ``[lo, hi)`` of a listed file: one ranged GET on an object store."""
+    if isinstance(loc, LocalLocation):
+        with loc.open_input(f.rel, f.size) as fh:
+            fh.seek(lo)
+            return fh.read(hi - lo)
+    from prepline.objstore import read_range
+
+    return read_range(loc, f.rel, lo, hi)
+
+
 def _shard_batch(loc: Location, f, shard: int) -> pa.Table | None:
+    """Shard ``shard``'s rows of one partitioned file: its tail (index and schema), then its batch's bytes."""
+    if f.size is None:
+        raise ValueError(f"{f.rel}: a partitioned file is read from a listing that gives its size")
+    base = max(0, f.size - TAIL_BYTES)
+    tail = _read(loc, f, base, f.size)
+    if tail[-len(_MAGIC):] != _MAGIC:  # Arrow's file format (written before the tail index)
+        return _shard_batch_of_ipc_file(loc, f, shard)
+    (n,) = struct.unpack("<I", tail[-len(_MAGIC) - 4 : -len(_MAGIC)])
+    start = f.size - len(_MAGIC) - 4 - n
+    if start < base:  # an index larger than the tail (thousands of shards): one more read, with the schema before it
+        base = max(0, start - 16 * 1024)
+        tail = _read(loc, f, base, f.size)
+    index = json.loads(tail[start - base : start - base + n])
+    span = index["shards"].get(str(shard))
+    if span is None:
+        return None
+
+    def piece(lo: int, length: int) -> bytes:
+        return tail[lo - base : lo - base + length] if lo >= base else _read(loc, f, lo, lo + length)
+
+    schema = ipc.read_schema(pa.py_buffer(piece(*index["schema"])))
+    # the stream writer writes its schema message with the first batch: the first span holds both
+    msg = next(m for m in ipc.MessageReader.open_stream(pa.py_buffer(piece(*span))) if m.type == "record batch")
+    batch = ipc.read_record_batch(msg, schema)
+    return pa.Table.from_batches([batch]).replace_schema_metadata(None) if batch.num_rows else None
+
+
+def _shard_batch_of_ipc_file(loc: Location, f, shard: int) -> pa.Table | None:
     reader = ipc.open_file(loc.open_input(f.rel, f.size))
     i = json.loads(reader.schema.metadata[_INDEX_KEY]).get(str(shard))
     if i is None:

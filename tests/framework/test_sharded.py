@@ -99,7 +99,7 @@ def test_read_rows_reads_only_the_row_groups_that_hold_the_rows(tmp_path):
 
 @pytest.mark.s3
 def test_a_shard_reads_an_object_stores_files_ahead_in_file_order(s3_bucket, monkeypatch):
-    """Each partitioned file costs a footer and a range GET (latency, not bytes): on S3 a shard task
+    """Each partitioned file costs its tail's and its batch's GET (latency, not bytes): on S3 a shard task
     reads up to PARTITION_READERS of them at once, and still yields them in file order."""
     import threading
     import time
@@ -111,21 +111,70 @@ def test_a_shard_reads_an_object_stores_files_ahead_in_file_order(s3_bucket, mon
     for f, t in enumerate(tables):
         write_partitioned(loc, f"parts/f{f:02d}.arrow", t, shard_of_ids(t.column("id").to_numpy(), 3))
     live, most, lock = [0], [0], threading.Lock()
-    opened = loc.open_input
+    read = sharded._read
 
-    def slow_open(rel, size=None):
+    def slow_read(loc, f, lo, hi):
         with lock:
             live[0] += 1
             most[0] = max(most[0], live[0])
         time.sleep(0.05)  # a GET's latency
         with lock:
             live[0] -= 1
-        return opened(rel, size)
+        return read(loc, f, lo, hi)
 
-    monkeypatch.setattr(loc, "open_input", slow_open)
+    monkeypatch.setattr(sharded, "_read", slow_read)
     monkeypatch.setattr(sharded, "PARTITION_READERS", 4)
     got = read_partition(loc, "parts", 1)
     want = pa.concat_tables([t.filter(pa.array(shard_of_ids(t.column("id").to_numpy(), 3) == 1)) for t in tables])
     assert got.equals(want) and most[0] == 4  # four reads at once, never more; the rows in file then row order
     first = next(sharded.iter_partition(loc, "parts", 2))  # a consumer that stops early does not hang
     assert first.num_rows > 0
+
+
+@pytest.mark.s3
+def test_a_shard_of_a_file_costs_two_gets_at_most(s3_bucket, monkeypatch):
+    """The tail read gives the index and schema (and a small file's batches): one GET for a small file,
+    two when the shard's batch lies before the tail, three only when the index outgrows the tail."""
+    from prepline import objstore, sharded
+
+    loc = open_location(f"s3://{s3_bucket}/gets")
+    rng = np.random.default_rng(3)
+    small = _tables(n_files=1, rows=300, seed=2)[0]
+    big = pa.table({"id": pa.array(rng.integers(-10**12, 10**12, 40_000), pa.int64()),
+                    "v": pa.array(rng.integers(0, 2**62, 40_000), pa.int64())})  # ~640 kB: incompressible
+    for name, t, shards in (("small", small, 4), ("big", big, 4), ("many", small.slice(0, 300), 2000)):
+        write_partitioned(loc, f"{name}/f.arrow", t, shard_of_ids(t.column("id").to_numpy(), shards))
+    gets = []
+    real = objstore.read_range
+    monkeypatch.setattr(objstore, "read_range", lambda *a, **k: gets.append(a[2:4]) or real(*a, **k))
+    monkeypatch.setattr(loc, "open_input", lambda *a, **k: pytest.fail("a partitioned file is read by ranges, not opened"))
+    for name, t, shards, want_gets in (("small", small, 4, 1), ("big", big, 4, 2), ("many", small, 2000, 3)):
+        # "many": an index of ~300 shards, larger than a (here) 2 kB tail: the index and schema, then the batch
+        monkeypatch.setattr(sharded, "TAIL_BYTES", 2048 if name == "many" else 64 * 1024)
+        ids = t.column("id").to_numpy()
+        for s in sorted(set(shard_of_ids(ids, shards).tolist()))[:3]:
+            gets.clear()
+            got = read_partition(loc, name, s)
+            assert got.equals(t.filter(pa.array(shard_of_ids(ids, shards) == s)))
+            assert len(gets) == want_gets, (name, s, gets)
+
+
+def test_a_partitioned_file_of_arrows_file_format_is_still_read(tmp_path):
+    """A work folder written before the tail index (a resumed run) holds Arrow IPC files whose schema
+    metadata indexes the batches: they are read as before, not skipped."""
+    import json
+
+    import pyarrow.ipc as ipc
+
+    loc = open_location(str(tmp_path))
+    t = _tables(n_files=1, rows=400, seed=9)[0]
+    shard = shard_of_ids(t.column("id").to_numpy(), 3)
+    order = np.argsort(shard, kind="stable")
+    present = sorted(set(shard.tolist()))
+    schema = t.schema.with_metadata({b"prepline.shards": json.dumps({str(s): i for i, s in enumerate(present)}).encode()})
+    with loc.open_output("old/f.arrow") as f, ipc.new_file(f, schema) as w:
+        for s in present:
+            w.write_table(t.take(pa.array(order[shard[order] == s])).replace_schema_metadata(schema.metadata))
+    for s in present:
+        got = read_partition(loc, "old", s)
+        assert got.equals(t.filter(pa.array(shard == s))) and not got.schema.metadata
