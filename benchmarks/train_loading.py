@@ -34,6 +34,7 @@ class LatencyProxy:
 
     def __init__(self, target_port: int, latency: float):
         self.target, self.latency, self.port = target_port, latency, _free_port()
+        self.requests = 0  # chunks sent upstream: a small request (a GET, a LIST) is one
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         asyncio.run_coroutine_threadsafe(self._serve(), self.loop).result(10)
@@ -48,11 +49,13 @@ class LatencyProxy:
             writer.close()
             return
 
-        async def pipe(src, dst, delay: float) -> None:
+        async def pipe(src, dst, upstream: bool) -> None:
             try:
                 while data := await src.read(65536):
-                    if delay:
-                        await asyncio.sleep(delay)
+                    if upstream:
+                        self.requests += 1
+                        if self.latency:  # read each time: a caller may change it between phases
+                            await asyncio.sleep(self.latency)
                     dst.write(data)
                     await dst.drain()
             except (ConnectionError, OSError):
@@ -60,7 +63,7 @@ class LatencyProxy:
             finally:
                 dst.close()
 
-        await asyncio.gather(pipe(reader, up_w, self.latency), pipe(up_r, writer, 0.0))
+        await asyncio.gather(pipe(reader, up_w, True), pipe(up_r, writer, False))
 
 
 def _shares(lines: list[dict], steps_per_epoch: int) -> list[dict]:
