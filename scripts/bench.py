@@ -158,6 +158,11 @@ def main() -> int:
                          "1M-document base), the --only stages at each size on --runtime ray with --workers 2 by default; prints "
                          "per-document time, driver and worker peak RSS against their bounds and fails when one is exceeded "
                          "(benchmarks/scale.py)")
+    ap.add_argument("--nodes", type=int, default=0,
+                    help="the 10-billion-document plan's shard shape on this many lab hosts (root): doc_id, exact_dedup and "
+                         "fuzzy_dedup on the --scale corpus (default 1e7) with each shard holding a plan shard's documents and "
+                         "every host's memory limited to the plan's per worker; fails when a job fails, a process is OOM-killed "
+                         "or a worker passes its bound (benchmarks/nodes.py)")
     ap.add_argument("--runtime", default="", help="runtime of the stages (default: local; ray with --scale)")
     args = ap.parse_args()
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -169,6 +174,10 @@ def main() -> int:
         args.workers = args.workers if "--workers" in sys.argv else 2
     if args.peers:
         return peers(args)
+    if args.nodes:
+        docs = int(float(args.scale or 1e7))
+        corpus = build_sample(Path(args.work) / f"docs{docs}", docs, args.files, grown=docs > 1_000_000)
+        return run_module("nodes", {"corpus": str(corpus), "work": str(Path(args.work) / f"nodes{docs}"), "nodes": args.nodes}, args.json)
     for flag, module, kwargs in (("synthesize", "synthesize", {}), ("shuffle_reads", "shuffle_reads", {"latency_ms": args.latency_ms}),
                                  ("train_loading", "train_loading", {"latency_ms": args.latency_ms})):
         if getattr(args, flag):
@@ -188,14 +197,7 @@ def main() -> int:
             sizes.append((int(docs), int(files or args.files)))
     for docs, files in sizes:
         work = Path(args.work) / (f"docs{docs}" if files == 16 else f"docs{docs}-files{files}")
-        sample = work / "sample"
-        if not (sample / "_truth" / "summary.json").exists():
-            shutil.rmtree(sample, ignore_errors=True)
-            t0 = time.perf_counter()
-            grow = ["--grow-from", str(scale.base(Path(args.work), files))] if args.scale else []
-            subprocess.run([sys.executable, "-m", "prepline.cli", "sample", "--output", str(sample), "--docs", str(docs),
-                            "--files", str(files), *grow], check=True)
-            print(f"[bench] sample of {docs:,} docs built in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        sample = build_sample(work, docs, files, grown=bool(args.scale))
         copy_s = plain_copy(sample, work / "copy")
         mb = dir_bytes(sample) / 1e6
         rows.append({"docs": docs, "files": files, "stage": "parquet copy", "seconds": copy_s, "docs_per_s": docs / copy_s, "mb_per_s": mb / copy_s,
@@ -262,14 +264,32 @@ def main() -> int:
 
 
 def run_module(name: str, kwargs: dict, json_out: str) -> int:
-    """A benchmark of benchmarks/<name>.py: its run(), its table on stdout, its results as JSON if asked."""
+    """A benchmark of benchmarks/<name>.py: its run(), its table on stdout, its results as JSON if asked;
+    exit 1 when its results list violations."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     mod = importlib.import_module(name)
     res = mod.run(**kwargs, log=lambda m: print(m, file=sys.stderr))
     print(mod.table(res))
     if json_out:
-        Path(json_out).write_text(json.dumps(res, indent=2))
-    return 0
+        Path(json_out).write_text(json.dumps(res, indent=2, default=str))
+    return 1 if res.get("violations") else 0
+
+
+def build_sample(work: Path, docs: int, files: int, grown: bool) -> Path:
+    """The corpus of one size under ``work``/sample, built once (grown from the 1M base: --scale, --nodes)."""
+    sample = work / "sample"
+    if not (sample / "_truth" / "summary.json").exists():
+        shutil.rmtree(sample, ignore_errors=True)
+        t0 = time.perf_counter()
+        if grown:
+            sys.path.insert(0, str(ROOT / "benchmarks"))
+            import scale
+
+        grow = ["--grow-from", str(scale.base(work.parent, files))] if grown else []
+        subprocess.run([sys.executable, "-m", "prepline.cli", "sample", "--output", str(sample), "--docs", str(docs),
+                        "--files", str(files), *grow], check=True)
+        print(f"[bench] sample of {docs:,} docs built in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    return sample
 
 
 GLOBAL_STAGES = ("exact_dedup", "fuzzy_dedup")

@@ -36,6 +36,9 @@ RAY_PORT = 6379
 DASHBOARD_PORT = 8265
 NAME_RE = re.compile(r"^[a-z0-9]{1,8}$")
 HOST_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,30}$")
+#: cgroup v1's memory controller, else cgroup v2's unified hierarchy (a host's memory limit: Lab.limit_memory)
+CGROUP_V1_MEMORY = Path("/sys/fs/cgroup/memory")
+CGROUP_V2 = Path("/sys/fs/cgroup")
 
 
 def hidden_by_private_tmp() -> str | None:
@@ -58,6 +61,18 @@ def _sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and r.returncode != 0:
         raise LabError(f"{' '.join(argv)}: {r.stderr.strip() or r.stdout.strip()}")
     return r
+
+
+def _remove_cgroup(cg: Path, timeout: float = 30) -> None:
+    """rmdir a cgroup whose processes were killed (the kernel may take a moment to let them go)."""
+    deadline = time.time() + timeout
+    while cg.is_dir():
+        try:
+            cg.rmdir()
+        except OSError as e:
+            if time.time() > deadline:
+                raise LabError(f"cgroup {cg} cannot be removed ({e}): processes {(cg / 'cgroup.procs').read_text().split()} are left") from None
+            time.sleep(0.2)
 
 
 def default_subnet(name: str) -> str:
@@ -302,6 +317,8 @@ class Lab:
             self._kill_ns(ns)
         for ns in self.state.get("netns", []):
             _sh("ip", "netns", "del", ns, check=False)
+        for cg in self.state.get("cgroups", {}).values():
+            _remove_cgroup(Path(cg))
         for link in self.state.get("links", []):
             if _sh("ip", "link", "show", link, check=False).returncode == 0:
                 _sh("ip", "link", "del", link, check=False)
@@ -344,8 +361,10 @@ class Lab:
             f"mount --bind {self.scratch(host)} /tmp && "
             "mount -t tmpfs -o size=2g,mode=1777 tmpfs /dev/shm && exec \"$@\""
         )
-        return ["ip", "netns", "exec", ns, "unshare", "-m", "--propagation", "private",
-                "sh", "-c", setup, "sh", *argv]
+        inner = ["ip", "netns", "exec", ns, "unshare", "-m", "--propagation", "private", "sh", "-c", setup, "sh", *argv]
+        cg = self.state.get("cgroups", {}).get(host)
+        # the host's memory cgroup is joined before `ip netns exec`, which mounts a /sys of the netns without the cgroup tree
+        return ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh", *inner] if cg else inner
 
     def popen(self, host: str, argv: list[str], env: dict | None = None, cwd: str = "/tmp", **kw) -> subprocess.Popen:
         """Start ``argv`` on ``host``. The environment is project_env() plus ``env`` — nothing else of
@@ -369,6 +388,52 @@ class Lab:
         if check and r.returncode != 0:
             raise LabError(f"{argv} on {host} exit {r.returncode}: {err[-3000:]}")
         return r
+
+    def limit_memory(self, host: str, limit_bytes: int | None) -> Path:
+        """A pod's memory limit for ``host``: every process it starts from now on (and their children)
+        runs in its own memory cgroup, where the kernel OOM-kills the largest process when the host's
+        memory (page cache included, reclaimed first) would pass ``limit_bytes``, as the kubelet's
+        cgroup does to a container. ``None``: no limit (the cgroup still counts). Called again, it
+        changes the limit of the processes already running. Returns the cgroup's directory."""
+        self.ip(host)
+        cg = self.state.setdefault("cgroups", {}).get(host)
+        if cg is None:
+            v2 = CGROUP_V2 / "cgroup.controllers"
+            if CGROUP_V1_MEMORY.is_dir():
+                cg = str(CGROUP_V1_MEMORY / self.ns(host))
+            elif v2.exists() and "memory" in v2.read_text().split():
+                if "memory" not in (CGROUP_V2 / "cgroup.subtree_control").read_text().split():
+                    (CGROUP_V2 / "cgroup.subtree_control").write_text("+memory")
+                cg = str(CGROUP_V2 / self.ns(host))
+            else:
+                raise LabError("no memory cgroup controller (neither /sys/fs/cgroup/memory nor cgroup v2's memory)")
+            self.state["cgroups"][host] = cg  # recorded before it is made: down removes it
+            self._save()
+            Path(cg).mkdir(exist_ok=True)
+        v1 = Path(cg, "memory.limit_in_bytes").exists()
+        Path(cg, "memory.limit_in_bytes" if v1 else "memory.max").write_text(
+            str(limit_bytes) if limit_bytes else ("-1" if v1 else "max"))
+        return Path(cg)
+
+    def memory(self, host: str, reset: bool = False) -> dict:
+        """The host's memory cgroup: its limit, peak usage (page cache included), its processes' memory
+        now (anonymous and shared memory: what cannot be reclaimed) and how many processes the kernel
+        OOM-killed in it. ``reset``: start the peak again (cgroup v1)."""
+        cg = Path(self.state.get("cgroups", {}).get(host) or self.limit_memory(host, None))
+        if (cg / "memory.limit_in_bytes").exists():  # v1
+            if reset:
+                (cg / "memory.max_usage_in_bytes").write_text("0")
+            oom = dict(line.split() for line in (cg / "memory.oom_control").read_text().splitlines())
+            limit = int((cg / "memory.limit_in_bytes").read_text())
+            stat = dict(line.split() for line in (cg / "memory.stat").read_text().splitlines())
+            return {"limit_bytes": None if limit >= 2**62 else limit, "peak_bytes": int((cg / "memory.max_usage_in_bytes").read_text()),
+                    "rss_bytes": int(stat["total_rss"]) + int(stat.get("total_shmem", 0)), "oom_kills": int(oom.get("oom_kill", 0))}
+        events = dict(line.split() for line in (cg / "memory.events").read_text().splitlines())
+        limit = (cg / "memory.max").read_text().strip()
+        peak = cg / "memory.peak"
+        stat = dict(line.split() for line in (cg / "memory.stat").read_text().splitlines())
+        return {"limit_bytes": None if limit == "max" else int(limit), "peak_bytes": int(peak.read_text()) if peak.exists() else None,
+                "rss_bytes": int(stat["anon"]) + int(stat.get("shmem", 0)), "oom_kills": int(events.get("oom_kill", 0))}
 
     def kill_host(self, host: str) -> None:
         """A host dies: its link goes down and every process in it is SIGKILLed."""
@@ -426,15 +491,18 @@ class Lab:
                 "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
     def start_ray(self, head: str = "ray-0", workers=("ray-1", "ray-2"), num_cpus: int = 1,
-                  object_store_memory: int = 150 * 2**20, env: dict | None = None, timeout: float = 300) -> str:
+                  object_store_memory: int = 150 * 2**20, env: dict | None = None, timeout: float = 300,
+                  head_cpus: int | None = None) -> str:
         """A real Ray cluster: ``ray start --head`` on ``head``, ``ray start --address`` on each worker
         host; waits (polling) until every node is alive. Returns the GCS address ``<head ip>:6379``;
-        the dashboard/job API is ``http://<head ip>:8265``."""
+        the dashboard/job API is ``http://<head ip>:8265``. ``head_cpus=0`` keeps tasks and actors off the
+        head (KubeRay's usual head: ``num-cpus: "0"``)."""
         hip = self.ip(head)
         common = [f"--num-cpus={num_cpus}", f"--object-store-memory={object_store_memory}", "--disable-usage-stats"]
+        head_args = [f"--num-cpus={head_cpus}", *common[1:]] if head_cpus is not None else common
         self.run(head, ["ray", "start", "--head", f"--node-ip-address={hip}", f"--port={RAY_PORT}",
                         "--dashboard-host=0.0.0.0", f"--dashboard-port={DASHBOARD_PORT}", "--include-dashboard=true",
-                        *common], env=env, timeout=timeout, check=True)
+                        *head_args], env=env, timeout=timeout, check=True)
         self.state["ray"] = {"head": head, "workers": [], "address": f"{hip}:{RAY_PORT}",
                              "dashboard": f"http://{hip}:{DASHBOARD_PORT}", "node_args": common}
         self._save()
