@@ -86,9 +86,8 @@ def run(corpus: str, work: str, nodes: int = 10, plan_docs: float = 10e9, bytes_
             p = prow[stage]
             limit = int((limits_mib or {}).get(stage, p["worker_gib"] * 1024) * MIB) // 4096 * 4096  # whole pages, as the kernel keeps it
             params = {}
-            docs_in = json.loads(Path(src, "metadata.json").read_text())["totals"]["docs_out"] if Path(src, "metadata.json").exists() else None
-            if p["shards"]:
-                params["num_shards"] = sim_shards(docs_in, p["shards"], plan_docs)
+            if p["shards"]:  # a dedup stage reads the previous stage's output: its documents are that row's
+                params["num_shards"] = sim_shards(res["stages"][-1]["docs_out"], p["shards"], plan_docs)
             for h in hosts:
                 lab.limit_memory(h, limit)
                 lab.memory(h, reset=True)
